@@ -1,0 +1,434 @@
+"""Tools: ordinary Python functions that a model can ask the harness to run.
+
+A model never runs anything. It reads each tool's *definition* (a name, a description and a
+JSON schema for the arguments) in its context, and when it wants one it writes a ``tool_use``
+block: the tool's name and the arguments, as JSON text. Our code (the harness) checks that
+request, runs the function, and sends the outcome back as a ``tool_result`` block.
+
+This module is that harness side, for one call:
+
+- ``@tool`` turns a typed, documented function into a ``Tool``: the definition is built from
+  the type hints and the docstring, so the code and what the model is told cannot drift apart.
+- ``validate_arguments`` checks the model's arguments against the schema (with ``jsonschema``)
+  before anything runs.
+- ``run_tool_call`` turns one request into a ``tool_result`` block. Whatever the model sent
+  (broken JSON, wrong arguments, an unknown tool) and whatever the tool did (raised, ran too
+  long) comes back as a result with ``is_error: True`` and a message the model can act on, so
+  the conversation carries on instead of crashing.
+
+Docstrings follow the Google convention: the first paragraph describes the tool, and an
+``Args:`` section gives one line (or an indented paragraph) per parameter.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import inspect
+import json
+import re
+import threading
+import types
+import typing
+import unicodedata
+from typing import Any, Callable, Iterable, Literal, Union
+
+import jsonschema
+
+from llmkit.calculator import calculate
+
+DEFAULT_TIMEOUT_S = 10.0
+
+Approve = Callable[[str, dict], Literal["allow", "deny"]]
+"""A human-in-the-loop hook: called with the tool's name and its (validated) arguments just
+before the tool runs; return ``"allow"`` to run it or ``"deny"`` to send the model an error
+result ("denied by the user") instead. This is how a harness keeps control of tools that act
+on the world (send mail, delete files): the model can only ask."""
+
+JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+SUPPORTED = "str, int, float, bool, Literal[...], list[...] and Optional[...] (with a default)"
+
+
+class ToolDefinitionError(TypeError):
+    """A function cannot become a tool: an unsupported type hint, a missing description, ..."""
+
+
+class ToolArgumentsError(ValueError):
+    """The arguments of a tool call are not valid JSON or do not match the tool's schema."""
+
+
+# ----------------------------------------------------------------------------------------------
+# @tool: function -> definition
+
+
+class Tool:
+    """A function plus the definition the model reads. Calling it calls the function."""
+
+    def __init__(self, function: Callable, *, name: str, description: str, input_schema: dict):
+        functools.update_wrapper(self, function)  # keeps __doc__, __name__, __wrapped__
+        self.function = function
+        self.name = name
+        self.description = description
+        self.input_schema = input_schema
+
+    def __call__(self, *args, **kwargs):
+        return self.function(*args, **kwargs)
+
+    def definition(self) -> dict:
+        """The tool as the Messages API describes it: ``{"name", "description", "input_schema"}`` (a copy)."""
+        return {"name": self.name, "description": self.description, "input_schema": copy.deepcopy(self.input_schema)}
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+def tool(function: Callable) -> Tool:
+    """Decorator: build a ``Tool`` from ``function``'s name, type hints and Google-style docstring.
+
+    Raises ``ToolDefinitionError`` at decoration time, naming the parameter, for anything the
+    model could not be told about precisely: a missing type hint or description, an unsupported
+    type, ``*args``/``**kwargs``, or an ``Args:`` entry for a parameter that doesn't exist.
+    """
+    description, argument_docs = parse_docstring(function)
+    schema = input_schema(function, argument_docs)
+    return Tool(function, name=function.__name__, description=description, input_schema=schema)
+
+
+def parse_docstring(function: Callable) -> tuple[str, dict[str, str]]:
+    """Return the docstring's first paragraph and the ``Args:`` descriptions, one per parameter."""
+    doc = inspect.getdoc(function)
+    if not doc or doc.startswith("Args:"):
+        raise ToolDefinitionError(
+            f"{function.__name__} needs a docstring whose first paragraph says what it does: "
+            "the model reads that description to decide when to call the tool"
+        )
+    lines = doc.splitlines()
+    first_blank = lines.index("") if "" in lines else len(lines)
+    description = " ".join(line.strip() for line in lines[:first_blank])
+    stripped = [line.rstrip() for line in lines]
+    if "Args:" not in stripped:
+        return description, {}
+
+    descriptions: dict[str, str] = {}
+    item_indent = None
+    for line in lines[stripped.index("Args:") + 1 :]:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent == 0:
+            break  # the next section (Returns:, Raises:, ...) starts
+        item_indent = item_indent or indent
+        if indent > item_indent:  # a continuation line of the previous parameter
+            descriptions[name] += " " + line.strip()
+            continue
+        match = re.fullmatch(r"(\w+)(?:\s*\([^)]*\))?:\s*(.*)", line.strip())
+        if not match:
+            problem = f"cannot read {line.strip()!r} in Args:; write `name: description`"
+            raise ToolDefinitionError(f"{function.__name__}: {problem}")
+        name, text = match.groups()
+        descriptions[name] = text
+    return description, descriptions
+
+
+def input_schema(function: Callable, argument_docs: dict[str, str]) -> dict:
+    """The JSON schema of ``function``'s keyword arguments: an object with one property per parameter.
+
+    A parameter with no default is ``required``; one with a default may be left out, and the
+    default is shown to the model. ``additionalProperties: false`` makes an invented argument
+    an error the model is told about, rather than a ``TypeError`` inside the call.
+    """
+    signature = inspect.signature(function)
+    try:
+        hints = typing.get_type_hints(function)
+    except NameError as exc:
+        raise ToolDefinitionError(f"{function.__name__}: a type hint names something undefined ({exc})") from None
+    unknown = set(argument_docs) - set(signature.parameters)
+    if unknown:
+        raise ToolDefinitionError(f"{function.__name__}: Args: describes {sorted(unknown)}, which are not parameters")
+
+    properties, required = {}, []
+    for parameter in signature.parameters.values():
+        where = f"parameter {parameter.name!r} of {function.__name__}"
+        if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            raise ToolDefinitionError(f"{where}: tools take named arguments only; remove * / ** / positional-only markers")
+        if parameter.name not in hints:
+            raise ToolDefinitionError(f"{where} has no type hint; give it one of {SUPPORTED}")
+        if parameter.name not in argument_docs:
+            fix = f"add `{parameter.name}: ...` under Args: in the docstring"
+            raise ToolDefinitionError(f"{where} has no description; {fix}")
+        hint, optional = without_none(hints[parameter.name], where)
+        if optional and parameter.default is parameter.empty:
+            raise ToolDefinitionError(f"{where} is Optional but has no default; add `= None` so the model may leave it out")
+        schema = schema_for(hint, where)
+        schema["description"] = argument_docs[parameter.name]
+        if parameter.default is parameter.empty:
+            required.append(parameter.name)
+        elif parameter.default is not None:
+            if not ArgumentValidator(schema).is_valid(parameter.default):
+                raise ToolDefinitionError(f"{where}: the default {parameter.default!r} does not match its type hint")
+            schema["default"] = parameter.default
+        properties[parameter.name] = schema
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def without_none(hint: Any, where: str) -> tuple[Any, bool]:
+    """Split ``Optional[X]`` (``X | None``) into ``(X, True)``; anything else is ``(hint, False)``."""
+    if typing.get_origin(hint) not in (Union, types.UnionType):
+        return hint, False
+    members = [member for member in typing.get_args(hint) if member is not type(None)]
+    if len(members) != 1 or len(typing.get_args(hint)) != 2:
+        raise ToolDefinitionError(f"{where} has type {hint}; the only union tools support is Optional[X] (X | None)")
+    return members[0], True
+
+
+def schema_for(hint: Any, where: str) -> dict:
+    """The JSON schema of one type hint (raises ``ToolDefinitionError`` if it has none)."""
+    if hint in JSON_TYPES:
+        return {"type": JSON_TYPES[hint]}
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        kinds = {type(value) for value in args}
+        if len(kinds) != 1 or next(iter(kinds)) not in (str, int, bool):
+            raise ToolDefinitionError(f"{where}: Literal values must all be str, all int or all bool, got {args}")
+        return {"type": JSON_TYPES[type(args[0])], "enum": list(args)}
+    if origin is list and len(args) == 1:
+        return {"type": "array", "items": schema_for(args[0], f"{where} (its list items)")}
+    if hint is list:
+        raise ToolDefinitionError(f"{where} is a bare list; say what it holds, such as list[str]")
+    raise ToolDefinitionError(f"{where} has type {hint}, which tools do not support; use {SUPPORTED}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Checking the model's arguments
+
+
+def _is_python_int(checker, instance) -> bool:
+    # JSON Schema counts 2.0 as an integer; a Python function expecting int would get a float.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+ArgumentValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_python_int),
+)
+
+
+def parse_arguments(arguments: str | dict) -> dict:
+    """The arguments as a dict: a dict is used as is, a string is parsed as one JSON object.
+
+    Parsing is strict: ``NaN``/``Infinity`` and repeated keys are refused, since a repeated key
+    would otherwise silently lose one of the model's values.
+    """
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments, parse_constant=_refuse_constant, object_pairs_hook=_refuse_repeated_keys)
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            fix = 'send one JSON object such as {"name": "value"}'
+            raise ToolArgumentsError(f"the arguments are not valid JSON ({exc}); {fix}") from None
+    if not isinstance(arguments, dict):
+        raise ToolArgumentsError(f"the arguments must be a JSON object ({{...}}), not {type(arguments).__name__}")
+    return arguments
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise ValueError(f"the key(s) {repeated} appear more than once")
+    return dict(pairs)
+
+
+def validate_arguments(tool: Tool, arguments: dict) -> None:
+    """Raise ``ToolArgumentsError`` listing every way ``arguments`` breaks ``tool``'s schema."""
+    errors = ArgumentValidator(tool.input_schema).iter_errors(arguments)
+    errors = sorted(errors, key=lambda error: [str(part) for part in error.absolute_path])
+    if errors:
+        problems = "; ".join(_describe(error) for error in errors)
+        raise ToolArgumentsError(f"invalid arguments for {tool.name}: {problems}")
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    path = ".".join(str(part) for part in error.absolute_path)
+    return f"{path}: {error.message}" if path else error.message
+
+
+# ----------------------------------------------------------------------------------------------
+# Running one call
+
+
+def tool_result(tool_use_id: str, content: str, *, is_error: bool = False) -> dict:
+    """The ``tool_result`` block that carries a tool's output back to the model."""
+    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": content, "is_error": is_error}
+
+
+def run_tool_call(
+    tools: Iterable[Tool],
+    name: str,
+    arguments: str | dict,
+    *,
+    tool_use_id: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    approve: Approve | None = None,
+) -> dict:
+    """Run the call the model asked for and return its ``tool_result`` block.
+
+    In order: find the tool by name, parse and validate the arguments, ask ``approve`` (if
+    given), run the tool with a time limit, and serialise what it returned (a string as is,
+    anything else as JSON). Every failure on the model's side or inside the tool comes back as
+    ``is_error: True`` with a message for the model; this never raises for those. It does
+    raise for mistakes in the calling code: ``tools`` holding a non-``Tool`` or two tools of
+    one name, or ``approve`` answering something other than "allow" or "deny".
+    """
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    by_name = tools_by_name(tools)
+    if name not in by_name:
+        available = ", ".join(by_name) or "none"
+        return tool_result(tool_use_id, f"unknown tool {name!r}; the available tools are: {available}", is_error=True)
+    chosen = by_name[name]
+    try:
+        arguments = parse_arguments(arguments)
+        validate_arguments(chosen, arguments)
+    except ToolArgumentsError as exc:
+        return tool_result(tool_use_id, str(exc), is_error=True)
+
+    if approve is not None:
+        decision = approve(name, copy.deepcopy(arguments))
+        if decision == "deny":
+            return tool_result(tool_use_id, f"denied by the user: {name} was not run", is_error=True)
+        if decision != "allow":
+            raise ValueError(f"approve must return 'allow' or 'deny', got {decision!r}")
+
+    finished, value, error = call_with_timeout(chosen, arguments, timeout_s)
+    if not finished:
+        return tool_result(
+            tool_use_id,
+            f"{name} did not finish within {timeout_s:g} s and was abandoned; try simpler arguments or another approach",
+            is_error=True,
+        )
+    if error is not None:
+        return tool_result(tool_use_id, f"{name} failed: {type(error).__name__}: {error}", is_error=True)
+    if isinstance(value, str):
+        return tool_result(tool_use_id, value)
+    try:
+        return tool_result(tool_use_id, json.dumps(value, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        return tool_result(tool_use_id, f"{name} returned a result that cannot be sent as JSON ({exc})", is_error=True)
+
+
+def tools_by_name(tools: Iterable[Tool]) -> dict[str, Tool]:
+    """Index ``tools`` by name, refusing anything that is not a ``Tool`` and repeated names."""
+    by_name: dict[str, Tool] = {}
+    for item in tools:
+        if not isinstance(item, Tool):
+            raise TypeError(f"tools must be Tool objects (decorate the function with @tool), got {item!r}")
+        if item.name in by_name:
+            raise ValueError(f"two tools are named {item.name!r}; the model could not tell them apart")
+        by_name[item.name] = item
+    return by_name
+
+
+def call_with_timeout(function: Callable, arguments: dict, timeout_s: float) -> tuple[bool, Any, BaseException | None]:
+    """Call ``function(**arguments)`` in a worker thread and wait at most ``timeout_s`` seconds.
+
+    Returns ``(finished, value, error)``: whether it finished in time, what it returned, and
+    the exception it raised (``None`` if it returned normally).
+
+    Python cannot kill a thread, so a tool that runs past the limit is *abandoned*, not
+    stopped: it keeps running in the background (as a daemon thread, so it doesn't keep the
+    program alive at exit) and whatever it returns later is dropped. A subprocess could be
+    killed, but would need the tool and its arguments to be picklable and would cost a new
+    interpreter per call; for the course's quick, side-effect-free tools the thread is enough.
+    """
+    outcome: list[tuple[Any, BaseException | None]] = []
+
+    def work() -> None:
+        try:
+            outcome.append((function(**arguments), None))
+        except BaseException as exc:  # even SystemExit: report it instead of ending the thread silently
+            outcome.append((None, exc))
+
+    worker = threading.Thread(target=work, name=f"tool-{getattr(function, 'name', 'call')}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        return False, None, None
+    return (True, *outcome[0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Example tools shipped with the course
+
+
+@tool
+def calculator(expression: str) -> int | float:
+    """Evaluate an arithmetic expression exactly, as Python would, and return the number.
+
+    Language models predict the digits of a result like any other tokens; this computes them.
+    Safe on untrusted text: see ``llmkit.calculator`` for what is allowed and the size limits.
+
+    Args:
+        expression: Arithmetic such as "(37 * 91) / 4" or "2 ** 10", using numbers,
+            + - * / // % **, parentheses, pi, e, abs(x), round(x, digits) and sqrt(x).
+    """
+    return calculate(expression)
+
+
+@tool
+def count_letters(word: str, letter: str) -> int:
+    """Count how many times a letter appears in a word, ignoring upper and lower case.
+
+    The "strawberry" test: a model sees tokens, not letters, so counting is a job for code.
+    Comparison is case-insensitive (``casefold``) and Unicode-normalised (NFC), so "R" counts
+    the r's in "Strawberry" and a precomposed "é" matches an e followed by a combining accent.
+
+    Args:
+        word: The word (or any text) to look in.
+        letter: The single letter to count, such as "r".
+    """
+    word, letter = unicodedata.normalize("NFC", word), unicodedata.normalize("NFC", letter)
+    if len(letter) != 1:
+        raise ValueError(f"letter must be exactly one character, got {letter!r}; count one letter per call")
+    return sum(1 for character in word if character.casefold() == letter.casefold())
+
+
+@tool
+def get_weather(city: str, day: Literal["today", "tomorrow"] = "today") -> dict:
+    """Get the weather forecast for a city, today or tomorrow. The data is fake, made up for the course.
+
+    Deterministic: the numbers come from a SHA-256 hash of the city (case and extra spaces
+    ignored) and the day, so the same question always gets the same answer, in every Python
+    process (Python's own ``hash()`` of a string changes from run to run).
+
+    Args:
+        city: The city's name, such as "Pune" or "Paris".
+        day: Which day's forecast to get.
+    """
+    city = " ".join(city.split())
+    if not city:
+        raise ValueError("city is empty; pass a city name such as 'Pune'")
+    digest = hashlib.sha256(f"{city.casefold()}|{day}".encode()).digest()
+    chance_of_rain = digest[0] % 101
+    high_c = -5 + digest[1] % 41  # -5 .. 35 °C
+    low_c = high_c - 3 - digest[2] % 10  # 3 .. 12 °C cooler at night
+    if chance_of_rain >= 70:
+        condition = "snow" if high_c <= 0 else "rain"
+    elif chance_of_rain >= 40:
+        condition = "cloudy"
+    else:
+        condition = "sunny" if digest[3] % 2 else "partly cloudy"
+    return {
+        "city": city,
+        "day": day,
+        "condition": condition,
+        "chance_of_rain_percent": chance_of_rain,
+        "high_c": high_c,
+        "low_c": low_c,
+    }
+
+
+EXAMPLE_TOOLS = [calculator, count_letters, get_weather]
