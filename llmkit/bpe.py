@@ -1,0 +1,198 @@
+"""Training byte-level BPE: a readable reference trainer and the fast trainer used by default.
+
+Byte pair encoding starts from the 256 possible bytes, so every text can be written down and
+nothing is ever "unknown". Training then repeats one step: find the pair of neighbouring tokens
+that occurs most often in the training text and give it a new id. After ``n`` steps the
+vocabulary has ``256 + n`` tokens, and frequent words have become single tokens.
+
+Before counting, the text is cut into chunks by a regular expression (words, numbers,
+punctuation runs, whitespace), so merges never cross a chunk boundary: " dog" and "." never
+fuse into one token. The same word appears thousands of times, so both trainers count each
+distinct chunk once and remember how often it occurs.
+
+Both trainers pick the same pair at every step: the highest count wins, and a tie goes to the
+smallest pair of token ids, compared as ``(left, right)``. This rule does not depend on the order
+of a dict, and it is the one nanochat's Rust trainer ``rustbpe`` uses, so the three agree exactly.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+import regex
+
+# The pre-split regex of GPT-4's cl100k_base (as tiktoken ships it). Contractions, letters with
+# at most one leading non-letter, numbers of at most 3 digits, punctuation runs, whitespace.
+GPT4_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+# GPT-2's pre-split regex (tiktoken's r50k form): a word keeps at most one leading space.
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+NAMED_PATTERNS = {"gpt4": GPT4_PATTERN, "gpt2": GPT2_PATTERN}
+
+Pair = tuple[int, int]
+
+
+def resolve_pattern(pattern: str | None) -> str | None:
+    """Turn "gpt4" / "gpt2" / a custom regex / None (no pre-split) into the regex text."""
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be 'gpt4', 'gpt2', None or a regex string, not {type(pattern).__name__}")
+    pattern = NAMED_PATTERNS.get(pattern, pattern)
+    try:
+        regex.compile(pattern)
+    except regex.error as exc:
+        raise ValueError(f"pattern {pattern!r} is not a valid regex for the `regex` package: {exc}") from exc
+    return pattern
+
+
+def count_chunks(documents: Iterable[str], pattern: str | None) -> Counter[str]:
+    """Cut every document into chunks with ``pattern`` and count how often each distinct chunk occurs."""
+    counts: Counter[str] = Counter()
+    if pattern is None:
+        counts.update(doc for doc in documents if doc)
+        return counts
+    findall = regex.compile(pattern).findall
+    for doc in documents:
+        counts.update(findall(doc))
+    return counts
+
+
+def chunks_as_bytes(chunk_counts: Counter[str]) -> tuple[list[list[int]], list[int]]:
+    """Each distinct chunk as its list of UTF-8 byte values, with its number of occurrences."""
+    words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
+    return words, list(chunk_counts.values())
+
+
+def merge_pair(ids: list[int], pair: Pair, new_id: int) -> list[int]:
+    """Replace every non-overlapping occurrence of ``pair`` in ``ids`` (left to right) by ``new_id``."""
+    left, right = pair
+    merged = []
+    i, n = 0, len(ids)
+    while i < n:
+        if ids[i] == left and i + 1 < n and ids[i + 1] == right:
+            merged.append(new_id)
+            i += 2
+        else:
+            merged.append(ids[i])
+            i += 1
+    return merged
+
+
+def best_pair(pair_counts: dict[Pair, int]) -> Pair:
+    """The pair to merge next: the highest count, ties to the smallest ``(left, right)``."""
+    return min(pair_counts, key=lambda pair: (-pair_counts[pair], pair))
+
+
+def train_reference(chunk_counts: Counter[str], n_merges: int) -> list[Pair]:
+    """Readable BPE: recount every pair from scratch, merge the best one everywhere, repeat.
+
+    Returns the merges in order; merge ``i`` creates token id ``256 + i``. Stops early if no
+    pair is left (every chunk is already a single token).
+    """
+    words, weights = chunks_as_bytes(chunk_counts)
+    merges: list[Pair] = []
+    for step in range(n_merges):
+        pair_counts: Counter[Pair] = Counter()
+        for ids, weight in zip(words, weights):
+            for pair in zip(ids, ids[1:]):
+                pair_counts[pair] += weight
+        if not pair_counts:
+            break
+        pair = best_pair(pair_counts)
+        new_id = 256 + step
+        words = [merge_pair(ids, pair, new_id) for ids in words]
+        merges.append(pair)
+    return merges
+
+
+def train_fast(chunk_counts: Counter[str], n_merges: int, *, progress: bool = False) -> list[Pair]:
+    """The same merges as :func:`train_reference`, without recounting everything at each step.
+
+    Three ideas make it fast, all in plain Python:
+
+    * pair counts are kept up to date: a merge only changes the chunks that contain the pair,
+      so we subtract those chunks' old pairs and add their new ones;
+    * an index ``pair -> chunks that contain it`` says which chunks those are (it may list a
+      chunk twice, or one that has since lost the pair: visiting it again changes nothing);
+    * a heap holds ``(-count, pair)``, so the best pair (highest count, then smallest pair) is on
+      top. When a count drops we don't search the heap: the old entry stays, and when it reaches
+      the top we see that its count is out of date and push it back with the current count
+      ("lazy invalidation"). This is exact because a pair's count can only grow in the step
+      that creates its new token, and that step pushes a fresh entry.
+    """
+    words, weights = chunks_as_bytes(chunk_counts)
+    pair_counts: defaultdict[Pair, int] = defaultdict(int)
+    chunks_with: defaultdict[Pair, list[int]] = defaultdict(list)
+    for index, (ids, weight) in enumerate(zip(words, weights)):
+        for pair in zip(ids, ids[1:]):
+            pair_counts[pair] += weight
+            chunks_with[pair].append(index)
+    heap = [(-count, pair) for pair, count in pair_counts.items()]
+    heapq.heapify(heap)
+
+    bar = _progress_bar(n_merges) if progress else None
+    merges: list[Pair] = []
+    while len(merges) < n_merges and heap:
+        negative_count, pair = heapq.heappop(heap)
+        count = pair_counts.get(pair, 0)
+        if -negative_count != count:  # stale entry: requeue with the true count
+            if count > 0:
+                heapq.heappush(heap, (-count, pair))
+            continue
+        new_id = 256 + len(merges)
+        merges.append(pair)
+        for new_pair in _apply_merge(pair, new_id, words, weights, pair_counts, chunks_with):
+            if pair_counts[new_pair] > 0:  # a pair made and undone in the same merge ("éé") stays out
+                heapq.heappush(heap, (-pair_counts[new_pair], new_pair))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return merges
+
+
+def _apply_merge(pair, new_id, words, weights, pair_counts, chunks_with) -> set[Pair]:
+    """Merge ``pair`` in every chunk that has it, fixing the counts; return the pairs it created.
+
+    A merge at one position changes only three pairs: ``(before, left)`` becomes
+    ``(before, new)``, ``(right, after)`` becomes ``(new, after)``, and the pair itself is gone.
+    Scanning left to right, ``before`` may be a token this same merge just made ("a a a a" ->
+    "aa aa"); the bookkeeping stays exact because that pair was added a moment earlier.
+    """
+    left, right = pair
+    created: defaultdict[Pair, list[int]] = defaultdict(list)  # new pairs -> chunks that have them
+    for index in chunks_with.pop(pair):
+        ids, weight = words[index], weights[index]
+        unvisited = ids.count(left)  # list.count and list.index run in C: we only visit candidates
+        i = 0
+        while unvisited:
+            i = ids.index(left, i)
+            unvisited -= 1
+            if i + 1 < len(ids) and ids[i + 1] == right:
+                if i > 0:
+                    before = ids[i - 1]
+                    pair_counts[before, left] -= weight
+                    pair_counts[before, new_id] += weight
+                    created[before, new_id].append(index)
+                if i + 2 < len(ids):
+                    after = ids[i + 2]
+                    pair_counts[right, after] -= weight
+                    pair_counts[new_id, after] += weight
+                    created[new_id, after].append(index)
+                ids[i : i + 2] = [new_id]  # in place; the chunk's list shrinks by one
+                if right == left:  # the right half was an occurrence of `left` too
+                    unvisited -= 1
+            i += 1
+    del pair_counts[pair]  # every occurrence was merged
+    chunks_with.update(created)  # pairs with the new token are new keys: nothing to combine
+    return set(created)
+
+
+def _progress_bar(total: int):
+    from tqdm.auto import tqdm  # imported here: only needed when a learner asks for a bar
+
+    return tqdm(total=total, desc="BPE merges", unit="merge")

@@ -1,0 +1,134 @@
+"""BPE training: the merge rule, the tie-break, and reference == fast == rustbpe."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmkit import bpe
+from llmkit.paths import data_path
+
+
+def train_both(documents, n_merges, pattern):
+    chunk_counts = bpe.count_chunks(documents, bpe.resolve_pattern(pattern))
+    return bpe.train_reference(chunk_counts, n_merges), bpe.train_fast(chunk_counts, n_merges)
+
+
+def token_bytes_in_merge_order(merges):
+    vocab = [bytes([b]) for b in range(256)]
+    for left, right in merges:
+        vocab.append(vocab[left] + vocab[right])
+    return vocab
+
+
+def rustbpe_tokens(peer) -> list[bytes]:
+    """rustbpe's vocabulary as token bytes in id order (= merge order)."""
+    return [bytes(token) for token, _ in sorted(peer.get_mergeable_ranks(), key=lambda item: item[1])]
+
+
+@pytest.fixture(scope="module")
+def corpus_documents():
+    return data_path("corpus", "train.txt").read_text(encoding="utf-8").split("<|endoftext|>")
+
+
+def test_merge_pair_is_left_to_right_and_non_overlapping():
+    assert bpe.merge_pair([1, 1, 1, 1], (1, 1), 9) == [9, 9]
+    assert bpe.merge_pair([1, 1, 1], (1, 1), 9) == [9, 1]
+    assert bpe.merge_pair([5, 1, 2, 1, 2, 1], (1, 2), 9) == [5, 9, 9, 1]
+    assert bpe.merge_pair([2, 1], (1, 2), 9) == [2, 1]
+
+
+def test_ties_go_to_the_smallest_pair_of_ids():
+    assert bpe.best_pair({(5, 1): 3, (2, 9): 3, (2, 8): 3, (0, 0): 2}) == (2, 8)
+    # "aaabdaaabac": (a,a) wins with 4; then (256,a) and (a,b) tie at 2 and (97, 98) is smaller.
+    for trainer in (bpe.train_reference, bpe.train_fast):
+        assert trainer(Counter({"aaabdaaabac": 1}), 3) == [(97, 97), (97, 98), (256, 257)]
+
+
+def test_trainers_stop_when_no_pair_is_left():
+    for trainer in (bpe.train_reference, bpe.train_fast):
+        assert trainer(Counter({"ab": 3, "c": 1}), 10) == [(97, 98)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    documents=st.lists(st.text(alphabet="ab c\n'1é日", max_size=40), min_size=1, max_size=6),
+    n_merges=st.integers(0, 40),
+    pattern=st.sampled_from(["gpt4", "gpt2", None]),
+)
+def test_reference_and_fast_trainers_agree_on_random_corpora(documents, n_merges, pattern):
+    reference, fast = train_both(documents, n_merges, pattern)
+    assert fast == reference
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    documents=st.lists(st.text(alphabet="ab c\n'1é日", max_size=40), min_size=1, max_size=6),
+    n_merges=st.integers(0, 40),
+)
+def test_fast_trainer_matches_rustbpe_on_random_corpora(documents, n_merges):
+    rustbpe = pytest.importorskip("rustbpe")
+    ours = bpe.train_fast(bpe.count_chunks(documents, bpe.GPT4_PATTERN), n_merges)
+    peer = rustbpe.Tokenizer()
+    peer.train_from_iterator(iter(documents), 256 + n_merges, pattern=bpe.GPT4_PATTERN)
+    assert rustbpe_tokens(peer) == token_bytes_in_merge_order(ours)
+
+
+def test_merges_do_not_depend_on_document_order(corpus_documents):
+    text = corpus_documents[0][:50_000]
+    lines = text.splitlines(keepends=True)
+    shuffled = lines[:]
+    random.Random(0).shuffle(shuffled)
+    merges = bpe.train_fast(bpe.count_chunks(lines, bpe.GPT4_PATTERN), 200)
+    assert bpe.train_fast(bpe.count_chunks(shuffled, bpe.GPT4_PATTERN), 200) == merges
+
+
+def test_fast_trainer_matches_rustbpe_on_a_slice(corpus_documents):
+    rustbpe = pytest.importorskip("rustbpe")
+    text = corpus_documents[1][:300_000]
+    ours = bpe.train_fast(bpe.count_chunks([text], bpe.GPT4_PATTERN), 1024 - 256)
+    peer = rustbpe.Tokenizer()
+    peer.train_from_iterator(iter([text]), 1024, pattern=bpe.GPT4_PATTERN)
+    assert rustbpe_tokens(peer) == token_bytes_in_merge_order(ours)
+
+
+@pytest.mark.slow
+def test_fast_trainer_matches_rustbpe_on_the_course_corpus_at_vocab_4096(corpus_documents):
+    rustbpe = pytest.importorskip("rustbpe")
+    ours = bpe.train_fast(bpe.count_chunks(corpus_documents, bpe.GPT4_PATTERN), 4096 - 256)
+    peer = rustbpe.Tokenizer()
+    peer.train_from_iterator(iter(corpus_documents), 4096, pattern=bpe.GPT4_PATTERN)
+    peer_tokens = rustbpe_tokens(peer)
+    ours_tokens = token_bytes_in_merge_order(ours)
+    assert len(ours_tokens) == len(peer_tokens) == 4096
+    first_difference = next((i for i, (a, b) in enumerate(zip(ours_tokens, peer_tokens)) if a != b), None)
+    assert first_difference is None, f"merge {first_difference}: {ours_tokens[first_difference]!r} vs rustbpe {peer_tokens[first_difference]!r}"
+
+
+@pytest.mark.slow
+def test_reference_and_fast_trainers_agree_on_the_course_heldout_text_at_vocab_1024():
+    # The held-out part of the course corpus (244 KB): the reference trainer recounts every pair
+    # at every merge, which takes minutes on the 4.8 MB training part. Fast == rustbpe covers that.
+    text = data_path("corpus", "heldout.txt").read_text(encoding="utf-8")
+    chunk_counts = bpe.count_chunks(text.split("<|endoftext|>"), bpe.GPT4_PATTERN)
+    assert bpe.train_fast(chunk_counts, 1024 - 256) == bpe.train_reference(chunk_counts, 1024 - 256)
+
+
+def test_resolve_pattern():
+    assert bpe.resolve_pattern("gpt4") == bpe.GPT4_PATTERN
+    assert bpe.resolve_pattern("gpt2") == bpe.GPT2_PATTERN
+    assert bpe.resolve_pattern(None) is None
+    assert bpe.resolve_pattern(r"\w+|\W") == r"\w+|\W"
+    with pytest.raises(ValueError, match="not a valid regex"):
+        bpe.resolve_pattern("(unclosed")
+    with pytest.raises(TypeError, match="pattern must be"):
+        bpe.resolve_pattern(4)
+
+
+def test_gpt4_pattern_is_tiktoken_cl100k_pattern():
+    from llmkit.cl100k import get_cl100k
+
+    assert bpe.GPT4_PATTERN == get_cl100k()._pat_str
