@@ -1,0 +1,428 @@
+"""The chat template: a conversation in the Messages-API shape -> one row of token ids + a loss mask.
+
+A chat model reads one flat sequence of tokens. Roles, thinking, tool calls and tool results are
+not a data structure inside the model: they are *control tokens* (the course tokenizer reserves
+them, see DEVELOPERS.md) placed between ordinary text. This module fixes where they go::
+
+    <|system|>You are a helpful assistant.
+    <|tools|>get_weather(city: string, day: "today"|"tomorrow" = "today"): Get the weather forecast ...
+    <|user|>Will it rain in Pune tomorrow? Should I take an umbrella?
+    <|assistant|>[<|thinking|>Tomorrow's weather isn't in my training data.<|end_thinking|>
+        <|tool_call|>{"name": "get_weather", "input": {"city": "Pune", "day": "tomorrow"}}<|end_tool_call|>]
+    <|tool_result|>{"city": "Pune", "day": "tomorrow", "condition": "sunny", ...}<|end_tool_result|>
+    <|assistant|>[No umbrella needed: 31% chance of rain.<|end_turn|>]
+
+(The line breaks are only for reading; the template adds none. ``[...]`` is the loss mask: the
+tokens the assistant wrote, which is what fine-tuning trains on.)
+
+The rules, in order:
+
+- The system prompt, then the tool definitions, one line per tool (``tool_line``), come first and
+  never change during a conversation, so a prefix cache can keep them.
+- Every message starts with its role token. An assistant turn ends with ``<|end_turn|>`` when it
+  answers (generation stops there: stop reason "end_turn") or with the ``<|end_tool_call|>`` of
+  its tool call (stop reason "tool_use"). So a tool call is the last block of its message.
+- A tool call is the JSON ``{"name": ..., "input": {...}}`` between ``<|tool_call|>`` and
+  ``<|end_tool_call|>``; a tool result comes back as its content between ``<|tool_result|>`` and
+  ``<|end_tool_result|>`` (an error result's content starts with ``Error: ``). After the result
+  the assistant continues in a *new* message with its own ``<|assistant|>`` header, exactly as
+  the Messages API stores it (the result travels in a user message, the reply is a new message).
+- Tool-use ids are not rendered: results follow their calls in order, and the model never has to
+  copy an id. ``parse_assistant`` hands out fresh ids.
+- Only the template writes control tokens. Every piece of text (user, system, tool definitions,
+  tool results, even earlier assistant text) is encoded with ``disallowed_special=()``, so the
+  literal text ``<|end_turn|>`` inside a message stays ordinary text and can't fake a turn.
+- Each piece is encoded on its own and the ids are joined, so the ids of a prompt are always a
+  prefix of the ids of the same prompt plus its answer (what training and caching rely on).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+MARKERS = {
+    "endoftext": "<|endoftext|>",
+    "system": "<|system|>",
+    "user": "<|user|>",
+    "assistant": "<|assistant|>",
+    "tools": "<|tools|>",
+    "thinking": "<|thinking|>",
+    "end_thinking": "<|end_thinking|>",
+    "tool_call": "<|tool_call|>",
+    "end_tool_call": "<|end_tool_call|>",
+    "tool_result": "<|tool_result|>",
+    "end_tool_result": "<|end_tool_result|>",
+    "end_turn": "<|end_turn|>",
+}
+ROLES = ("user", "assistant")
+BLOCK_TYPES = {"user": ("text", "tool_result"), "assistant": ("text", "thinking", "tool_use")}
+ERROR_PREFIX = "Error: "
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One rendered conversation: ``ids`` and, for each id, ``mask`` (True where the assistant wrote
+    it, so the loss counts it) and ``roles`` (which part it came from: "system", "tools", "user",
+    "tool_result" or "assistant")."""
+
+    ids: list[int]
+    mask: list[bool]
+    roles: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def masked_ids(self) -> list[int]:
+        """The ids the loss is computed on, in order."""
+        return [token for token, trained in zip(self.ids, self.mask) if trained]
+
+
+class StopTokens(NamedTuple):
+    """Ids that end an assistant turn: pass ``end_turn`` as ``stop_tokens`` and ``tool_use`` as
+    ``tool_stop_tokens`` to ``llmkit.generate``. ``<|endoftext|>`` also ends a turn: it is what a
+    base model writes when a document ends."""
+
+    end_turn: tuple[int, ...]
+    tool_use: tuple[int, ...]
+
+
+def marker_ids(tokenizer) -> dict[str, int]:
+    """Short name -> id of each chat marker, e.g. ``marker_ids(tok)["end_turn"]``."""
+    special = tokenizer.special_tokens
+    missing = [text for text in MARKERS.values() if text not in special]
+    if missing:
+        raise ValueError(
+            f"this tokenizer has no chat markers {missing}; use the course tokenizer "
+            f"(data/models/base/tokenizer.json) or train one with llmkit.tokenizer.COURSE_SPECIAL_TOKENS"
+        )
+    return {name: special[text] for name, text in MARKERS.items()}
+
+
+def stop_tokens(tokenizer) -> StopTokens:
+    """The ids that end generation of an assistant turn, grouped by stop reason."""
+    ids = marker_ids(tokenizer)
+    return StopTokens(end_turn=(ids["end_turn"], ids["endoftext"]), tool_use=(ids["end_tool_call"],))
+
+
+# ---------------------------------------------------------------------------------------------- tools
+def tool_line(definition: dict) -> str:
+    """How the model sees one tool: ``name(signature): summary`` on one line.
+
+    The signature is the tool's JSON schema written compactly: each parameter with its type,
+    ``"a"|"b"`` for an enum, ``= default`` or ``?`` when it may be left out. A schema with anything this
+    notation can't say (nested objects, numeric limits, ...) is written as compact JSON instead.
+    The summary is the description's first sentence. Parameter descriptions and the rest of the
+    description are left out on purpose: the course model has a 256-token context, and a weather
+    conversation (question, call, a 77-token result, answer) must still fit beside its tool. A
+    model with a longer context would be shown everything.
+    """
+    definition = _check_tool(definition, "tool")
+    return f"{definition['name']}({signature(definition['input_schema'])}): {summary(definition['description'])}"
+
+
+def summary(description: str) -> str:
+    """The first sentence of ``description``, on one line (all of it if there is no sentence end)."""
+    text = " ".join(description.split())
+    first = re.match(r"(.+?[.!?])(?=\s|$)", text)
+    return first.group(1) if first else text
+
+
+def signature(schema: dict) -> str:
+    """A tool's input schema as a short parameter list, e.g. ``city: string, day?: "today"|"tomorrow"``."""
+    simple = (
+        schema.get("type") == "object"
+        and set(schema) <= {"type", "properties", "required", "additionalProperties", "description"}
+        and schema.get("additionalProperties", False) is False
+        and isinstance(schema.get("properties", {}), dict)
+    )
+    if not simple:
+        return _compact_json(_without_descriptions(schema))
+    required = schema.get("required", [])
+    params = []
+    for name, prop in schema.get("properties", {}).items():
+        has_default = isinstance(prop, dict) and "default" in prop
+        default = f" = {_compact_json(prop['default'])}" if has_default else ""
+        optional = "" if name in required or has_default else "?"  # a default already says "may be left out"
+        params.append(f"{name}{optional}: {_type_text(prop)}{default}")
+    return ", ".join(params)
+
+
+def _type_text(prop: Any) -> str:
+    keys = set(prop) - {"description", "default"} if isinstance(prop, dict) else None
+    if keys == {"type"} and prop["type"] in ("string", "integer", "number", "boolean"):
+        return prop["type"]
+    if keys in ({"enum"}, {"type", "enum"}) and isinstance(prop["enum"], list) and prop["enum"]:
+        return "|".join(_compact_json(value) for value in prop["enum"])
+    if keys == {"type", "items"} and prop["type"] == "array":
+        inner = _type_text(prop["items"])
+        return f"({inner})[]" if "|" in inner else f"{inner}[]"
+    return _compact_json(_without_descriptions(prop))
+
+
+def _without_descriptions(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without_descriptions(v) for k, v in schema.items() if k != "description"}
+    if isinstance(schema, list):
+        return [_without_descriptions(v) for v in schema]
+    return schema
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _check_tool(definition: Any, where: str) -> dict:
+    if hasattr(definition, "definition") and callable(definition.definition):  # an llmkit Tool
+        definition = definition.definition()
+    if not isinstance(definition, dict):
+        raise TypeError(f"{where} must be a Tool or a dict with name, description and input_schema, "
+                        f"got {type(definition).__name__}")
+    for key, kind in (("name", str), ("description", str), ("input_schema", dict)):
+        if not isinstance(definition.get(key), kind) or (key == "name" and not definition[key]):
+            raise ValueError(f"{where}['{key}'] must be a {'non-empty ' if key == 'name' else ''}{kind.__name__}, "
+                             f"got {definition.get(key)!r}")
+    return definition
+
+
+# ---------------------------------------------------------------------------------------------- render
+class _Row:
+    """Token ids being built, with their mask and role labels."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.markers = tokenizer, marker_ids(tokenizer)
+        self.ids: list[int] = []
+        self.mask: list[bool] = []
+        self.roles: list[str] = []
+
+    def marker(self, name: str, role: str, trained: bool) -> None:
+        self._add([self.markers[name]], role, trained)
+
+    def text(self, text: str, role: str, trained: bool) -> None:
+        self._add(self.tokenizer.encode(text, disallowed_special=()), role, trained)  # markers stay text
+
+    def _add(self, ids: list[int], role: str, trained: bool) -> None:
+        self.ids += ids
+        self.mask += [trained] * len(ids)
+        self.roles += [role] * len(ids)
+
+
+def render(tokenizer, messages: list[dict], *, tools=None, system: str | None = None,
+           add_generation_prompt: bool = True) -> Rendered:
+    """Render a conversation as ids plus a loss mask (see the module docstring for the layout).
+
+    ``messages`` are ``{"role": "user" | "assistant", "content": str | [blocks]}``; ``tools`` are
+    ``llmkit.tools.Tool`` objects or their definitions. With ``add_generation_prompt`` the row
+    ends with ``<|assistant|>`` so the model writes the next turn; if the last message is the
+    assistant's, it is left open instead (a *prefill* the model continues). For training, pass
+    ``add_generation_prompt=False``: every assistant message is closed.
+    """
+    if system is not None and not isinstance(system, str):
+        raise TypeError(f"system must be a str or None, got {type(system).__name__}")
+    if not isinstance(messages, list):
+        raise TypeError(f"messages must be a list of {{'role', 'content'}} dicts, got {type(messages).__name__}")
+    definitions = [_check_tool(item, f"tools[{i}]") for i, item in enumerate(tools or [])]
+    row = _Row(tokenizer)
+    if system:
+        row.marker("system", "system", False)
+        row.text(system, "system", False)
+    if definitions:
+        row.marker("tools", "tools", False)
+        row.text("\n".join(tool_line(d) for d in definitions), "tools", False)
+
+    tool_use_ids: set[str] = set()
+    for index, message in enumerate(messages):
+        role, blocks = _check_message(message, index)
+        is_last = index == len(messages) - 1
+        if role == "user":
+            _render_user(row, blocks, index, tool_use_ids)
+        else:
+            prefill = is_last and add_generation_prompt
+            _render_assistant(row, blocks, index, tool_use_ids, close=not prefill)
+    if add_generation_prompt and (not messages or messages[-1]["role"] == "user"):
+        row.marker("assistant", "assistant", False)
+    return Rendered(row.ids, row.mask, row.roles)
+
+
+def _check_message(message: Any, index: int) -> tuple[str, list[dict]]:
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise TypeError(f"{where} must be a dict with 'role' and 'content', got {type(message).__name__}")
+    role = message.get("role")
+    if role not in ROLES:
+        raise ValueError(
+            f"{where}['role'] is {role!r}; it must be 'user' or 'assistant' (pass the system prompt as "
+            f"system=..., and send tool results as tool_result blocks in a user message)"
+        )
+    if "content" not in message:
+        raise ValueError(f"{where} has no 'content'; give a str or a list of content blocks")
+    content = message["content"]
+    if isinstance(content, str):
+        return role, [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise TypeError(f"{where}['content'] must be a str or a list of content blocks, got {type(content).__name__}")
+    for j, block in enumerate(content):
+        block_where = f"{where}['content'][{j}]"
+        if not isinstance(block, dict):
+            raise TypeError(f"{block_where} must be a dict with a 'type', got {type(block).__name__}")
+        if block.get("type") not in BLOCK_TYPES[role]:
+            raise ValueError(f"{block_where}['type'] is {block.get('type')!r}; a {role} message may hold "
+                             f"blocks of type {', '.join(BLOCK_TYPES[role])}")
+        if role == "assistant" and j < len(content) - 1 and block["type"] == "tool_use":
+            raise ValueError(f"{block_where} is a tool_use but is not the last block; generation stops at "
+                             f"<|end_tool_call|>, so a tool call ends its assistant message (one call per turn)")
+    return role, content
+
+
+def _field(block: dict, key: str, kind: type, where: str):
+    value = block.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise TypeError(f"{where}['{key}'] must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _render_user(row: _Row, blocks: list[dict], index: int, tool_use_ids: set[str]) -> None:
+    in_text = False
+    for j, block in enumerate(blocks):
+        where = f"messages[{index}]['content'][{j}]"
+        if block["type"] == "text":
+            if not in_text:
+                row.marker("user", "user", False)
+            row.text(_field(block, "text", str, where), "user", False)
+            in_text = True
+            continue
+        tool_use_id = _field(block, "tool_use_id", str, where)
+        if tool_use_id not in tool_use_ids:
+            raise ValueError(f"{where}['tool_use_id'] is {tool_use_id!r}, which matches no earlier tool_use block; "
+                             f"a tool_result answers the id of a tool_use the assistant wrote before it")
+        is_error = block.get("is_error", False)
+        if not isinstance(is_error, bool):
+            raise TypeError(f"{where}['is_error'] must be True or False, got {is_error!r}")
+        row.marker("tool_result", "tool_result", False)
+        content = _result_text(block.get("content", ""), where)
+        row.text((ERROR_PREFIX if is_error else "") + content, "tool_result", False)
+        row.marker("end_tool_result", "tool_result", False)
+        in_text = False
+
+
+def _result_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text"
+                                         and isinstance(b.get("text"), str) for b in content):
+        return "".join(b["text"] for b in content)
+    raise TypeError(f"{where}['content'] must be a str or a list of text blocks, got {content!r}")
+
+
+def _render_assistant(row: _Row, blocks: list[dict], index: int, tool_use_ids: set[str], *, close: bool) -> None:
+    row.marker("assistant", "assistant", False)  # the header is given, not written by the model
+    for j, block in enumerate(blocks):
+        where = f"messages[{index}]['content'][{j}]"
+        if block["type"] == "text":
+            row.text(_field(block, "text", str, where), "assistant", True)
+        elif block["type"] == "thinking":
+            row.marker("thinking", "assistant", True)
+            row.text(_field(block, "thinking", str, where), "assistant", True)
+            row.marker("end_thinking", "assistant", True)
+        else:
+            tool_use_ids.add(_field(block, "id", str, where))
+            row.marker("tool_call", "assistant", True)
+            row.text(_tool_call_text(block, where), "assistant", True)
+            row.marker("end_tool_call", "assistant", True)
+    if not blocks or blocks[-1]["type"] != "tool_use":
+        if close:
+            row.marker("end_turn", "assistant", True)
+    elif not close:
+        raise ValueError(f"messages[{index}] ends with a tool call; add the user message with its tool_result "
+                         f"before asking for the next assistant turn")
+
+
+def _tool_call_text(block: dict, where: str) -> str:
+    """The JSON the model writes for a call; a malformed call (``input`` a str) is shown as it was written."""
+    tool_input = block.get("input")
+    if isinstance(tool_input, str):
+        return tool_input
+    name = block.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}['name'] is missing or empty; a tool_use block names the tool it calls")
+    if not isinstance(tool_input, dict):
+        raise TypeError(f"{where}['input'] must be a dict of arguments, got {tool_input!r}")
+    return json.dumps({"name": name, "input": tool_input}, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------- parse
+def parse_assistant(tokenizer, ids, *, tool_use_id: str = "toolu_0") -> list[dict]:
+    """Turn the tokens a model generated after ``<|assistant|>`` back into content blocks.
+
+    Thinking, text and a tool call come back as ``thinking``, ``text`` and ``tool_use`` blocks. The
+    turn ends at a stop token (``stop_tokens``); tokens after it are an error, so parse one turn at
+    a time. Output cut off early (max_tokens) keeps what was written. Generation stops at the end
+    of a tool call, so a turn holds at most one: it gets ``tool_use_id`` (a harness passes a fresh
+    id each turn).
+
+    A malformed call (not JSON, not ``{"name": str, "input": {...}}``, or cut off) still becomes a
+    ``tool_use`` block, so the conversation keeps its shape: ``input`` holds the raw text the model
+    wrote (rendered back verbatim) and ``error`` says what is wrong. The harness answers it with
+    ``tool_result(block["id"], block["error"], is_error=True)`` so the model can try again.
+    """
+    markers = marker_ids(tokenizer)
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    stops = {markers["end_turn"], markers["endoftext"], markers["end_tool_call"]}
+    blocks: list[dict] = []
+    state, buffer = "text", []
+    for position, token in enumerate(ids):
+        if state == "text" and token in (markers["thinking"], markers["tool_call"]):
+            _close(blocks, state, tokenizer.decode(buffer), tool_use_id, finished=True)
+            state, buffer = ("thinking" if token == markers["thinking"] else "tool_call"), []
+        elif state == "thinking" and token == markers["end_thinking"]:
+            _close(blocks, state, tokenizer.decode(buffer), tool_use_id, finished=True)
+            state, buffer = "text", []
+        elif token in stops:
+            finished = state != "tool_call" or token == markers["end_tool_call"]
+            _close(blocks, state, tokenizer.decode(buffer), tool_use_id, finished=finished)
+            if position != len(ids) - 1:
+                raise ValueError(f"token {position + 1} ({ids[position + 1]}) comes after the end of the assistant "
+                                 f"turn; pass the tokens of one turn, up to and including its stop token")
+            return blocks
+        else:  # ordinary text, or a stray marker, which stays in the text as its literal name
+            buffer.append(token)
+    _close(blocks, state, tokenizer.decode(buffer), tool_use_id, finished=False)
+    return blocks
+
+
+def _close(blocks: list[dict], state: str, text: str, tool_use_id: str, *, finished: bool) -> None:
+    """Append the block that ``state`` was reading (an empty text is no block)."""
+    if state == "text" and text:
+        blocks.append({"type": "text", "text": text})
+    elif state == "thinking":
+        blocks.append({"type": "thinking", "thinking": text})
+    elif state == "tool_call":
+        blocks.append(_tool_use(text, tool_use_id, cut_off=not finished))
+
+
+def _tool_use(body: str, call_id: str, *, cut_off: bool) -> dict:
+    shape = 'write {"name": "<tool>", "input": {<arguments>}} between <|tool_call|> and <|end_tool_call|>'
+    if cut_off:
+        return _malformed(body, call_id, f"the tool call was cut off before <|end_tool_call|>; {shape}")
+    try:
+        call = json.loads(body, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        return _malformed(body, call_id, f"the tool call is not valid JSON ({exc}); {shape}")
+    if not isinstance(call, dict) or set(call) != {"name", "input"}:
+        problem = "the tool call must be a JSON object with exactly the keys name and input"
+        return _malformed(body, call_id, f"{problem}; {shape}")
+    if not isinstance(call["name"], str) or not call["name"]:
+        return _malformed(body, call_id, f"the tool call's name must be a non-empty string; {shape}")
+    if not isinstance(call["input"], dict):
+        return _malformed(body, call_id, f"the tool call's input must be a JSON object of arguments; {shape}",
+                          name=call["name"])
+    return {"type": "tool_use", "id": call_id, "name": call["name"], "input": call["input"]}
+
+
+def _malformed(body: str, call_id: str, error: str, *, name: str = "") -> dict:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": body, "error": error}
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
