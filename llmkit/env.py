@@ -60,9 +60,9 @@ class DataItem:
 DATA_ITEMS: tuple[DataItem, ...] = (
     DataItem("corpus/train.txt", "training text (Shakespeare)", "python data/build_corpus.py"),
     DataItem("corpus/heldout.txt", "held-out text", "python data/build_corpus.py"),
-    DataItem("models/base/tokenizer.json", "course tokenizer", "python data/build_tokenizer.py", shipped=False),
+    DataItem("models/base/tokenizer.json", "course tokenizer", "python data/build_tokenizer.py"),
     DataItem("models/base", "pretrained base model",
-             "python -m llmkit.train --config data/models/base/train_config.json", shipped=False,
+             "python -m llmkit.train --config data/models/base/train_config.json",
              contents=("config.json", "model.safetensors", "tokenizer.json")),
     DataItem("models/chat", "fine-tuned chat model", "python -m llmkit.train (post-training, notebook 07)",
              shipped=False, contents=("config.json", "model.safetensors", "tokenizer.json")),

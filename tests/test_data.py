@@ -1,0 +1,95 @@
+"""llmkit.data: corpus files -> token ids -> windows and batches."""
+import numpy as np
+import pytest
+import torch
+
+from llmkit.data import load_tokens, random_batch, read_corpus, sequential_batches
+from llmkit.paths import data_path
+from llmkit.tokenizer import Tokenizer
+
+TOKENIZER = data_path("models", "base", "tokenizer.json")
+
+
+def test_targets_are_inputs_shifted_by_one():
+    tokens = np.arange(1000, dtype=np.uint16)  # token i has id i, so a window is a run of consecutive ids
+    batch = random_batch(tokens, 8, 32, seed=0, step=0)
+    assert batch.inputs.shape == batch.targets.shape == (8, 32)
+    assert batch.inputs.dtype == torch.long and batch.mask is None
+    assert torch.equal(batch.targets, batch.inputs + 1)
+    assert torch.equal(batch.inputs[:, 1:], batch.inputs[:, :-1] + 1)  # each row is one contiguous window
+    assert int(batch.targets.max()) < len(tokens)
+
+
+def test_batches_are_a_seeded_function_of_the_step():
+    tokens = np.arange(10_000, dtype=np.uint16)
+    same = [random_batch(tokens, 4, 16, seed=7, step=3) for _ in range(2)]
+    assert torch.equal(same[0].inputs, same[1].inputs)
+    assert not torch.equal(same[0].inputs, random_batch(tokens, 4, 16, seed=7, step=4).inputs)
+    assert not torch.equal(same[0].inputs, random_batch(tokens, 4, 16, seed=8, step=3).inputs)
+
+
+def test_processes_split_the_global_batch_between_them():
+    tokens = np.arange(10_000, dtype=np.uint16)
+    whole = random_batch(tokens, 6, 16, seed=1, step=5).inputs
+    parts = [random_batch(tokens, 6, 16, seed=1, step=5, rank=r, world_size=3).inputs for r in range(3)]
+    for rank, part in enumerate(parts):
+        assert torch.equal(part, whole[rank::3])
+    with pytest.raises(ValueError, match="divisible"):
+        random_batch(tokens, 5, 16, seed=1, step=0, world_size=2)
+
+
+def test_corpus_shorter_than_a_window_is_refused():
+    with pytest.raises(ValueError, match="too few"):
+        random_batch(np.arange(10, dtype=np.uint16), 2, 16, seed=0, step=0)
+
+
+@pytest.mark.parametrize("n_tokens", [2, 33, 64, 65, 100])
+def test_sequential_batches_score_every_token_once(n_tokens):
+    tokens = np.arange(n_tokens, dtype=np.uint16)
+    batches = list(sequential_batches(tokens, context_length=16, batch_size=3))
+    targets = torch.cat([b.targets.flatten() for b in batches])
+    inputs = torch.cat([b.inputs.flatten() for b in batches])
+    assert torch.equal(targets, torch.arange(1, n_tokens))  # every token after the first, in order
+    assert torch.equal(inputs, targets - 1)
+    assert all(b.inputs.shape[1] <= 16 and b.inputs.shape[0] <= 3 for b in batches)
+
+
+def test_missing_corpus_names_the_path(tmp_path):
+    missing = tmp_path / "nowhere" / "train.txt"
+    with pytest.raises(FileNotFoundError, match=str(missing)):
+        read_corpus(missing)
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_tokens(missing, TOKENIZER, cache_dir=None)
+
+
+def test_load_tokens_encodes_the_separator_and_caches(tmp_path):
+    tokenizer = Tokenizer.load(TOKENIZER)
+    text = "KING.\nWhat say you?\n<|endoftext|>\nHAMLET.\nTo be, or not to be.\n"
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text(text, encoding="utf-8")
+    cache = tmp_path / "cache"
+
+    first = load_tokens(corpus, TOKENIZER, cache_dir=cache)
+    assert first.tokens.dtype == np.uint16
+    assert first.n_bytes == len(text.encode("utf-8"))
+    assert first.tokens.tolist().count(tokenizer.special_tokens["<|endoftext|>"]) == 1
+    assert tokenizer.decode(first.tokens.tolist()) == text
+    assert len(list(cache.glob("*.npy"))) == 1
+
+    again = load_tokens(corpus, TOKENIZER, cache_dir=cache)  # from the cache, same ids
+    assert np.array_equal(again.tokens, first.tokens)
+
+    corpus.write_text(text + "More.\n", encoding="utf-8")  # an edited corpus is tokenised afresh
+    edited = load_tokens(corpus, TOKENIZER, cache_dir=cache)
+    assert tokenizer.decode(edited.tokens.tolist()).endswith("More.\n")
+    assert len(list(cache.glob("*.npy"))) == 2
+
+
+def test_head_counts_the_bytes_of_its_tokens(tmp_path):
+    tokenizer = Tokenizer.load(TOKENIZER)
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("O Romeo, Romeo! wherefore art thou Romeo?\n" * 3, encoding="utf-8")
+    text = load_tokens(corpus, TOKENIZER, cache_dir=None)
+    head = text.head(5, tokenizer)
+    assert len(head) == 5
+    assert head.n_bytes == len(tokenizer.decode(text.tokens[:5].tolist()).encode("utf-8"))

@@ -1,0 +1,187 @@
+"""llmkit.train: the loss, the schedule, the loop, checkpoints and resume, two processes = one."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from llmkit.paths import data_path
+from llmkit.train import TrainConfig, learning_rate, lm_loss, main, make_optimizer, read_log, train
+from llmkit.model import ModelConfig, Transformer
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENIZER = data_path("models", "base", "tokenizer.json")
+TINY_MODEL = {"family": "llama", "context_length": 16, "d_model": 32, "n_layers": 2, "n_heads": 2, "dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, Path]:
+    """A small slice of the course corpus: enough text to train a tiny model for a few steps."""
+    folder = tmp_path_factory.mktemp("corpus")
+    heldout = data_path("corpus", "heldout.txt").read_text(encoding="utf-8")
+    (folder / "train.txt").write_text(heldout[:12_000], encoding="utf-8")
+    (folder / "heldout.txt").write_text(heldout[20_000:23_000], encoding="utf-8")
+    return {"train_corpus": folder / "train.txt", "heldout_corpus": folder / "heldout.txt"}
+
+
+def tiny_config(corpus, out_dir, **changes) -> TrainConfig:
+    values = dict(model=dict(TINY_MODEL), tokenizer=str(TOKENIZER), out_dir=str(out_dir), seed=3,
+                  batch_size=4, max_steps=6, learning_rate=3e-3, min_learning_rate=3e-4, warmup_steps=2,
+                  log_every=1, eval_every=3, checkpoint_every=3, sample_tokens=8, device="cpu",
+                  **{k: str(v) for k, v in corpus.items()})
+    values.update(changes)
+    return TrainConfig.from_dict(values)
+
+
+def weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(model_dir / "model.safetensors")
+
+
+def train_losses(out_dir: Path) -> list[float]:
+    return [r["loss"] for r in read_log(out_dir / "train_log.jsonl") if r["kind"] == "train"]
+
+
+# ------------------------------------------------------------------------------------------ pieces
+def test_loss_is_the_mean_over_masked_positions():
+    torch.manual_seed(0)
+    logits, targets = torch.randn(2, 5, 11), torch.randint(0, 11, (2, 5))
+    plain = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    assert torch.allclose(lm_loss(logits, targets), plain)
+    assert torch.allclose(lm_loss(logits, targets, torch.ones(2, 5, dtype=torch.bool)), plain)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[0, 3:] = True
+    per_position = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(2, 5)
+    assert torch.allclose(lm_loss(logits, targets, mask), per_position[0, 3:].mean())
+
+
+def test_all_masked_batch_gives_zero_loss_not_nan():
+    logits = torch.randn(3, 4, 7, requires_grad=True)
+    loss = lm_loss(logits, torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, 4, dtype=torch.bool))
+    loss.backward()
+    assert loss.item() == 0.0
+    assert torch.isfinite(logits.grad).all() and not logits.grad.any()
+
+
+def test_learning_rate_warms_up_then_follows_a_cosine():
+    cfg = TrainConfig(model=TINY_MODEL, learning_rate=1e-3, min_learning_rate=1e-4, warmup_steps=10, max_steps=110)
+    rates = [learning_rate(step, cfg) for step in range(cfg.max_steps + 1)]
+    assert all(a < b for a, b in zip(rates[:10], rates[1:10]))  # rising during warm-up
+    assert rates[9] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(rates[10:], rates[11:]))  # then never rising
+    assert rates[60] == pytest.approx(0.55e-3)  # half-way down the cosine: the midpoint
+    assert rates[-1] == pytest.approx(1e-4)
+
+
+def test_weight_decay_applies_to_matrices_only():
+    model = Transformer(ModelConfig.llama(vocab_size=64, **{k: v for k, v in TINY_MODEL.items() if k != "family"}))
+    optimizer = make_optimizer(model, TrainConfig(model=TINY_MODEL, weight_decay=0.1))
+    decayed, plain = optimizer.param_groups
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert all(p.dim() == 2 for p in decayed["params"]) and all(p.dim() == 1 for p in plain["params"])
+    assert len(decayed["params"]) + len(plain["params"]) == len(list(model.parameters()))
+
+
+# ---------------------------------------------------------------------------------- clear errors
+def test_unknown_config_key_is_named():
+    with pytest.raises(ValueError, match=r"'learning_rat'.*did you mean 'learning_rate'"):
+        TrainConfig.from_dict({"model": TINY_MODEL, "learning_rat": 1e-3})
+    with pytest.raises(ValueError, match=r"'n_layer'.*model section"):
+        TrainConfig.from_dict({"model": {**TINY_MODEL, "n_layer": 2}})
+    with pytest.raises(ValueError, match="no 'model' section"):
+        TrainConfig.from_dict({"learning_rate": 1e-3})
+    with pytest.raises(ValueError, match="dtype"):
+        TrainConfig.from_dict({"model": TINY_MODEL, "dtype": "float16"})
+
+
+def test_cli_names_a_bad_key_in_the_config_file(tmp_path):
+    config = tmp_path / "bad.json"
+    config.write_text(json.dumps({"model": TINY_MODEL, "max_step": 3}))
+    with pytest.raises(ValueError, match=r"'max_step'.*bad\.json"):
+        main(["--config", str(config)])
+
+
+def test_missing_corpus_names_the_path(corpus, tmp_path):
+    cfg = tiny_config(corpus, tmp_path / "run", train_corpus=str(tmp_path / "no_such_corpus.txt"))
+    with pytest.raises(FileNotFoundError, match="no_such_corpus.txt"):
+        train(cfg, progress=False)
+
+
+# ------------------------------------------------------------------------------------ the loop
+def test_same_seed_same_run(corpus, tmp_path):
+    for name in ("a", "b"):
+        train(tiny_config(corpus, tmp_path / name, model={**TINY_MODEL, "dropout": 0.1}), progress=False)
+    assert train_losses(tmp_path / "a") == train_losses(tmp_path / "b")
+    first, second = weights(tmp_path / "a" / "model"), weights(tmp_path / "b" / "model")
+    assert all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_loss_goes_down_on_a_tiny_run(corpus, tmp_path):
+    small = tmp_path / "small.txt"  # ~500 tokens: 40 steps see it ten times over, enough to memorise
+    small.write_text(corpus["train_corpus"].read_text(encoding="utf-8")[:1500], encoding="utf-8")
+    cfg = tiny_config(corpus, tmp_path, train_corpus=str(small), max_steps=40, batch_size=8, eval_every=40,
+                      checkpoint_every=40, log_every=5, learning_rate=1e-2, min_learning_rate=1e-3)
+    train(cfg, progress=False)
+    losses = train_losses(tmp_path)
+    evals = [r for r in read_log(tmp_path / "train_log.jsonl") if r["kind"] == "eval"]
+    assert losses[0] > math.log(2048) - 1.5  # starts near chance: ln(vocab) nats
+    assert losses[-1] < losses[0] - 2.5
+    assert evals[-1]["heldout_loss"] < evals[0]["heldout_loss"] - 0.2  # a little carries over to unseen text
+    # bits per byte = nats per token / ln 2 * tokens per byte, for every evaluation
+    assert all(r["heldout_bpb"] < r["heldout_loss"] / math.log(2) for r in evals)
+    samples = [r for r in read_log(tmp_path / "train_log.jsonl") if r["kind"] == "sample"]
+    assert [s["step"] for s in samples] == [0, 40] and all(s["text"].startswith(cfg.sample_prompt) for s in samples)
+
+
+def test_resume_gives_the_same_result_as_an_uninterrupted_run(corpus, tmp_path):
+    changes = dict(model={**TINY_MODEL, "dropout": 0.1})  # dropout: the RNG state must be restored too
+    train(tiny_config(corpus, tmp_path / "whole", **changes), progress=False)
+    train(tiny_config(corpus, tmp_path / "split", **changes), stop_after=3, progress=False)
+    assert not (tmp_path / "split" / "model").exists()  # stopped early: only the checkpoint
+    train(tiny_config(corpus, tmp_path / "split", **changes), resume=True, progress=False)
+
+    whole, split = weights(tmp_path / "whole" / "model"), weights(tmp_path / "split" / "model")
+    assert all(torch.equal(whole[name], split[name]) for name in whole)
+    assert train_losses(tmp_path / "whole") == train_losses(tmp_path / "split")
+    steps = [(r["kind"], r["step"]) for r in read_log(tmp_path / "split" / "train_log.jsonl")]
+    assert steps == [(r["kind"], r["step"]) for r in read_log(tmp_path / "whole" / "train_log.jsonl")]
+
+
+def test_checkpoint_is_safetensors_and_json_only(corpus, tmp_path):
+    train(tiny_config(corpus, tmp_path, max_steps=3), progress=False)
+    files = sorted(p.name for p in (tmp_path / "checkpoint").iterdir())
+    assert files == ["config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"]
+    state = json.loads((tmp_path / "checkpoint" / "trainer_state.json").read_text())
+    assert state["step"] == 3
+    tensors = load_file(tmp_path / "checkpoint" / "optimizer.safetensors")
+    assert "rng.cpu.rank0" in tensors and any(k.endswith(".exp_avg_sq") for k in tensors)
+
+
+def test_bfloat16_autocast_trains(corpus, tmp_path):
+    train(tiny_config(corpus, tmp_path, dtype="bfloat16", max_steps=3), progress=False)
+    assert all(math.isfinite(loss) for loss in train_losses(tmp_path))
+
+
+# --------------------------------------------------------------------------------- two processes
+@pytest.mark.slow
+def test_two_processes_match_one_with_the_same_global_batch(corpus, tmp_path):
+    config = tmp_path / "ddp.json"
+    values = tiny_config(corpus, tmp_path / "two", max_steps=4, eval_every=100, checkpoint_every=100).to_dict()
+    config.write_text(json.dumps(values))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "llmkit.train", "--config", str(config)]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    train(TrainConfig.from_dict({**values, "out_dir": str(tmp_path / "one")}), progress=False)
+    one, two = weights(tmp_path / "one" / "model"), weights(tmp_path / "two" / "model")
+    assert one.keys() == two.keys()
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=0, atol=1e-6)
+    assert train_losses(tmp_path / "two") == pytest.approx(train_losses(tmp_path / "one"), abs=1e-4)
