@@ -1,0 +1,639 @@
+"""The loop: how a model that predicts one next token writes a whole answer.
+
+    prefill   read the whole prompt in one forward pass: every position in parallel, cheap per token
+    decode    choose a token (llmkit.sampling), append it, run the model on it; one pass per token
+    stop      a stop token ("end_turn"), a tool-call end ("tool_use"), a stop sequence in the text
+              ("stop_sequence"), the token budget ("max_tokens"), or a full context ("context_window")
+
+The KV cache (llmkit.kvcache) keeps every earlier token's keys and values, so a decode step only
+computes the new token's; ``use_cache=False`` recomputes the whole sequence at every step, for
+comparison. ``PrefixCache`` carries the same idea across requests (prompt caching): a request that
+starts with tokens seen before copies their keys and values instead of recomputing them.
+
+``generate`` returns a finished ``Generation``; ``stream`` yields each token as it is made.
+"""
+from __future__ import annotations
+
+import codecs
+import operator
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import ClassVar, Iterable, Iterator, Sequence
+
+import torch
+
+from llmkit.kvcache import KVCache
+from llmkit.model import Transformer
+from llmkit.sampling import GREEDY, SamplingParams, make_generator, sample_batch
+
+STOP_REASONS = ("end_turn", "max_tokens", "stop_sequence", "tool_use", "context_window")
+
+
+# --- what comes back -------------------------------------------------------------------------------
+
+@dataclass
+class Usage:
+    """What one request cost, shaped like a Messages API usage block.
+
+    input_tokens: prompt tokens the model read in this request (the prefill).
+    cache_read_tokens: prompt tokens served from the prefix cache instead; the whole prompt is
+        ``input_tokens + cache_read_tokens`` (``prompt_tokens``).
+    output_tokens: tokens generated, stop tokens included, summed over all samples.
+    time_to_first_token: seconds from the call to the first new token (prefix lookup + prefill).
+    decode_tokens_per_s: tokens per second after the first (None when only one step ran).
+    """
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    time_to_first_token: float
+    decode_tokens_per_s: float | None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_tokens
+
+
+@dataclass
+class Completion:
+    """One continuation of the prompt.
+
+    ``tokens`` are the new tokens only, including a final stop token (it was generated, and it is
+    billed); ``text`` (with a tokenizer) leaves out that stop token and any matched stop sequence.
+    ``stop_sequence`` is the stop sequence that matched, if that is why it stopped. ``logits``
+    (with ``keep_logits=True``) are the model's raw scores at each step, shape (len(tokens), vocab).
+    """
+
+    tokens: list[int]
+    text: str | None
+    stop_reason: str
+    stop_sequence: str | None = None
+    logits: torch.Tensor | None = None
+
+
+@dataclass
+class Generation:
+    """The result of one request: ``num_samples`` completions that shared one prefill, and its usage.
+
+    ``tokens``, ``text``, ``stop_reason``, ``stop_sequence`` and ``logits`` are those of the first
+    sample, so single-sample code reads ``generation.text``; with ``num_samples > 1`` read
+    ``generation.samples``. Usage covers the whole request: the prompt was read once.
+    """
+
+    samples: list[Completion]
+    usage: Usage
+
+    tokens = property(lambda self: self.samples[0].tokens)
+    text = property(lambda self: self.samples[0].text)
+    stop_reason = property(lambda self: self.samples[0].stop_reason)
+    stop_sequence = property(lambda self: self.samples[0].stop_sequence)
+    logits = property(lambda self: self.samples[0].logits)
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One new token while streaming. ``text`` is the text that became final with it: '' while a
+    UTF-8 character is split across tokens or the text might be the start of a stop sequence, and
+    None without a tokenizer. Joining a sample's ``text`` pieces gives its final ``Completion.text``.
+    ``elapsed`` is seconds since the request started (time spent waiting for the reader excluded):
+    a long wait for the first token (the prefill), then a steady beat, one forward pass per token."""
+
+    token: int
+    text: str | None
+    sample: int = 0
+    elapsed: float = 0.0
+    type: ClassVar[str] = "token"
+
+
+@dataclass(frozen=True)
+class StopEvent:
+    """The last event of a stream: why it stopped, what it cost, and the whole ``Generation``."""
+
+    generation: Generation
+    type: ClassVar[str] = "stop"
+
+    stop_reason = property(lambda self: self.generation.stop_reason)
+    stop_sequence = property(lambda self: self.generation.stop_sequence)
+    usage = property(lambda self: self.generation.usage)
+
+
+# --- the public entry points -------------------------------------------------------------------------
+
+def generate(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_new_tokens: int,
+             sampling: SamplingParams | None = None, stop_tokens: Iterable[int] = (),
+             tool_stop_tokens: Iterable[int] = (), stop_sequences: Iterable[str] = (), tokenizer=None,
+             seed: int | None = None, use_cache: bool = True, prefix_cache: PrefixCache | None = None,
+             num_samples: int = 1, keep_logits: bool = False) -> Generation:
+    """Continue ``prompt_ids`` until a stop reason; see ``stream`` for every argument."""
+    for event in stream(model, prompt_ids, max_new_tokens=max_new_tokens, sampling=sampling,
+                        stop_tokens=stop_tokens, tool_stop_tokens=tool_stop_tokens,
+                        stop_sequences=stop_sequences, tokenizer=tokenizer, seed=seed, use_cache=use_cache,
+                        prefix_cache=prefix_cache, num_samples=num_samples, keep_logits=keep_logits):
+        pass
+    return event.generation
+
+
+def stream(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_new_tokens: int,
+           sampling: SamplingParams | None = None, stop_tokens: Iterable[int] = (),
+           tool_stop_tokens: Iterable[int] = (), stop_sequences: Iterable[str] = (), tokenizer=None,
+           seed: int | None = None, use_cache: bool = True, prefix_cache: PrefixCache | None = None,
+           num_samples: int = 1, keep_logits: bool = False) -> Iterator[TokenEvent | StopEvent]:
+    """Yield a ``TokenEvent`` per new token as it is made, then one ``StopEvent``.
+
+    prompt_ids: one prompt (a list of ids, a 1-D tensor or a (1, T) tensor).
+    max_new_tokens: the most tokens to generate per sample ("max_tokens").
+    sampling: a ``SamplingParams``; None means greedy (temperature 0).
+    stop_tokens: ids that end the turn ("end_turn"); tool_stop_tokens: ids that end a tool call
+        ("tool_use"). Either way the id is the last of ``tokens`` and is left out of ``text``.
+    stop_sequences: strings that end generation when they appear in the decoded text, even across
+        token boundaries ("stop_sequence"); they need ``tokenizer``.
+    tokenizer: decodes the new tokens into ``text``.
+    seed: makes sampling reproducible (None: fresh randomness). Greedy ignores it.
+    use_cache: False recomputes the whole sequence every step (same tokens, much slower).
+    prefix_cache: a ``PrefixCache`` shared across calls; it never changes the result, only the cost.
+    num_samples: continuations drawn from one shared prefill (``Generation.samples``).
+    keep_logits: keep each step's raw logits in ``Completion.logits``.
+
+    The arguments are checked now, so a mistake raises here rather than at the first ``next()``.
+    """
+    prompt = _check_prompt(model, prompt_ids)
+    params = GREEDY if sampling is None else sampling
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"sampling must be a SamplingParams (or None for greedy), got {type(params).__name__}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a whole number >= 1, got {num_samples!r}")
+    end_turn = _check_token_set(stop_tokens, "stop_tokens", model)
+    tool_use = _check_token_set(tool_stop_tokens, "tool_stop_tokens", model)
+    if end_turn & tool_use:
+        raise ValueError(f"token(s) {sorted(end_turn & tool_use)} are in both stop_tokens and tool_stop_tokens; "
+                         "each stop token means one stop reason")
+    stops = _check_stop_sequences(stop_sequences, tokenizer)
+    if tokenizer is not None and tokenizer.vocab_size < model.config.vocab_size:
+        raise ValueError(f"the model scores {model.config.vocab_size} tokens but the tokenizer knows only "
+                         f"{tokenizer.vocab_size}, so some tokens could not be decoded; use the tokenizer "
+                         "the model was trained with")
+    if prefix_cache is not None and not use_cache:
+        raise ValueError("prefix_cache reuses KV-cache entries, so it needs use_cache=True")
+    if prefix_cache is not None and not isinstance(prefix_cache, PrefixCache):
+        raise TypeError(f"prefix_cache must be a PrefixCache, got {type(prefix_cache).__name__}")
+    loop = _Loop(model, prompt, max_new_tokens, params, end_turn, tool_use, stops, tokenizer, seed,
+                 use_cache, prefix_cache, num_samples, keep_logits)
+    return loop.run()
+
+
+def next_token_logits(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """The model's scores for the token after ``prompt_ids``: one forward pass, shape (vocab,).
+
+    Pair it with ``llmkit.sampling.stage_probabilities`` to see what each sampling stage does."""
+    prompt = _check_prompt(model, prompt_ids)
+    with torch.inference_mode():
+        ids = torch.tensor([prompt], device=model.device)
+        logits = model(ids, last_only=True)[0, -1]
+    return logits.clone()  # an ordinary tensor, usable outside inference mode
+
+
+# --- checking the request ----------------------------------------------------------------------------
+
+def _check_prompt(model: Transformer, prompt_ids) -> list[int]:
+    if isinstance(prompt_ids, str):
+        raise TypeError("prompt_ids must be token ids, not text; encode it first: tokenizer.encode(text)")
+    if isinstance(prompt_ids, torch.Tensor):
+        if prompt_ids.dim() == 2 and prompt_ids.size(0) == 1:
+            prompt_ids = prompt_ids[0]
+        if prompt_ids.dim() != 1:
+            raise ValueError(f"prompt_ids must be one prompt, shape (T,) or (1, T), got {tuple(prompt_ids.shape)}; "
+                             "for several continuations of one prompt use num_samples")
+        prompt_ids = prompt_ids.tolist()
+    try:
+        prompt = [operator.index(t) for t in prompt_ids]
+    except TypeError:
+        raise TypeError("prompt_ids must be a sequence of integer token ids") from None
+    vocab, context = model.config.vocab_size, model.config.context_length
+    if not prompt:
+        raise ValueError("the prompt is empty; give at least one token (a base model is often started "
+                         "with <|endoftext|>)")
+    bad = [t for t in prompt if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is outside the model's vocabulary (0 .. {vocab - 1}); "
+                         "was the prompt encoded with a different tokenizer?")
+    if len(prompt) >= context:
+        raise ValueError(f"the prompt is {len(prompt)} tokens but the model's context window is {context}, "
+                         "which leaves no room for a new token; shorten the prompt (drop the oldest turns)")
+    return prompt
+
+
+def _check_token_set(tokens, name: str, model: Transformer) -> frozenset[int]:
+    if isinstance(tokens, (int, str)):
+        raise TypeError(f"{name} must be a collection of token ids, e.g. [{tokens!r}], not a single value")
+    ids = frozenset(operator.index(t) for t in tokens)
+    bad = sorted(t for t in ids if not 0 <= t < model.config.vocab_size)
+    if bad:
+        raise ValueError(f"{name} has id(s) {bad} outside the vocabulary (0 .. {model.config.vocab_size - 1})")
+    return ids
+
+
+def _check_stop_sequences(stop_sequences, tokenizer) -> tuple[str, ...]:
+    if isinstance(stop_sequences, str):
+        raise TypeError(f"stop_sequences must be a list of strings, e.g. [{stop_sequences!r}], not one string")
+    stops = tuple(stop_sequences)
+    for s in stops:
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"every stop sequence must be a non-empty string, got {s!r}")
+    if stops and tokenizer is None:
+        raise ValueError("stop_sequences are matched in the decoded text, so pass tokenizer= as well")
+    return stops
+
+
+# --- turning tokens into text as they arrive ---------------------------------------------------------
+
+class _TextStream:
+    """Token ids in, final text out.
+
+    Two things hold text back: a UTF-8 character whose bytes are split across tokens (the
+    incremental decoder keeps the first bytes until the rest arrive), and text that might be the
+    start of a stop sequence (released as soon as the next tokens show it is not).
+    """
+
+    def __init__(self, tokenizer, stop_sequences: tuple[str, ...]):
+        self._token_bytes = tokenizer.token_bytes
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stops = stop_sequences
+        self.text = ""
+        self.matched: str | None = None  # the stop sequence found, if any
+        self._released = 0
+
+    def add(self, token: int) -> str:
+        """Append a token; return the text that is now final. A stop sequence sets ``matched``
+        and cuts ``text`` just before it."""
+        searched_up_to = len(self.text)
+        self.text += self._decoder.decode(self._token_bytes(token))
+        if self._stops:
+            found = self._find_stop(searched_up_to)
+            if found is not None:
+                start, self.matched = found
+                self.text = self.text[:start]
+                return self._release(len(self.text))
+        return self._release(len(self.text) - self._could_be_a_stop())
+
+    def finish(self) -> str:
+        """The rest of the text, once no more tokens will come (an unfinished character becomes U+FFFD)."""
+        if self.matched is None:
+            self.text += self._decoder.decode(b"", final=True)
+        return self._release(len(self.text))
+
+    def _find_stop(self, searched_up_to: int) -> tuple[int, str] | None:
+        """The earliest stop sequence in the text, looking only where the new text could complete one."""
+        best = None
+        for stop in self._stops:
+            start = self.text.find(stop, max(0, searched_up_to - len(stop) + 1))
+            if start >= 0 and (best is None or start < best[0]):
+                best = (start, stop)
+        return best
+
+    def _could_be_a_stop(self) -> int:
+        """Length of the longest end of the text that is the beginning of some stop sequence."""
+        longest = 0
+        for stop in self._stops:
+            for k in range(min(len(stop) - 1, len(self.text)), longest, -1):
+                if self.text.endswith(stop[:k]):
+                    longest = k
+                    break
+        return longest
+
+    def _release(self, end: int) -> str:
+        end = max(end, self._released)
+        piece, self._released = self.text[self._released:end], end
+        return piece
+
+
+class _Sample:
+    """One continuation's tokens, text and stop reason while the loop runs."""
+
+    def __init__(self, index: int, text: _TextStream | None):
+        self.index = index
+        self.tokens: list[int] = []
+        self.text = text
+        self.stop_reason: str | None = None
+
+    def add(self, token: int, loop: _Loop, last_step: bool, elapsed: float) -> TokenEvent:
+        self.tokens.append(token)
+        delta = None
+        if token in loop.tool_use:
+            self.stop_reason = "tool_use"
+        elif token in loop.end_turn:
+            self.stop_reason = "end_turn"
+        else:
+            if self.text is not None:
+                delta = self.text.add(token)
+                if self.text.matched is not None:
+                    self.stop_reason = "stop_sequence"
+            if self.stop_reason is None and last_step:
+                self.stop_reason = "max_tokens" if len(self.tokens) == loop.max_new_tokens else "context_window"
+        if self.stop_reason is not None and self.text is not None:
+            delta = (delta or "") + self.text.finish()
+        return TokenEvent(token, delta, self.index, elapsed)
+
+    def completion(self, logits: torch.Tensor | None) -> Completion:
+        if self.text is None:
+            return Completion(self.tokens, None, self.stop_reason, None, logits)
+        return Completion(self.tokens, self.text.text, self.stop_reason, self.text.matched, logits)
+
+
+class _Stopwatch:
+    """Seconds of our own work: time spent waiting for a stream's reader does not count."""
+
+    def __init__(self):
+        self._start, self._paused, self._paused_at = time.perf_counter(), 0.0, None
+
+    def pause(self) -> None:
+        self._paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        self._paused += time.perf_counter() - self._paused_at
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start - self._paused
+
+
+# --- the loop ----------------------------------------------------------------------------------------
+
+class _Loop:
+    """Prefill once, then sample -> append -> decode until every sample has a stop reason."""
+
+    def __init__(self, model, prompt, max_new_tokens, params, end_turn, tool_use, stops, tokenizer, seed,
+                 use_cache, prefix_cache, n, keep_logits):
+        self.model, self.prompt, self.max_new_tokens, self.params = model, prompt, max_new_tokens, params
+        self.end_turn, self.tool_use, self.use_cache, self.prefix_cache = end_turn, tool_use, use_cache, prefix_cache
+        self.n, self.keep_logits = n, keep_logits
+        self.steps = min(max_new_tokens, model.config.context_length - len(prompt))  # the most we can take
+        self.generator = None if params.greedy else make_generator(seed, model.device)
+        self.samples = [_Sample(i, _TextStream(tokenizer, stops) if tokenizer is not None else None) for i in range(n)]
+
+    def run(self) -> Iterator[TokenEvent | StopEvent]:
+        model, n, p = self.model, self.n, len(self.prompt)
+        clock = _Stopwatch()
+        was_training = model.training
+        model.eval()  # dropout off while generating; the mode is restored at the end
+        try:
+            with torch.inference_mode():
+                # prompt + every sample's new tokens: what a cache-free step re-reads, and what the
+                # repetition penalty looks at
+                sequence = torch.empty((n, p + self.steps), dtype=torch.long, device=model.device)
+                sequence[:, :p] = torch.tensor(self.prompt, device=model.device)
+                cache, cache_read, logits = self._prefill(sequence[:1, :p])
+            kept_logits, first_token_at = [], None
+            penalise = self.params.repetition_penalty != 1.0
+            keep_sequence = penalise or cache is None  # else the cache holds everything the model needs
+            for step in range(self.steps):
+                with torch.inference_mode():
+                    if self.keep_logits:
+                        kept_logits.append(logits.float())
+                    chosen = sample_batch(logits, self.params, generator=self.generator,
+                                          previous_tokens=sequence[:, :p + step] if penalise else None)
+                    if keep_sequence:
+                        sequence[:, p + step] = chosen
+                now = clock.elapsed()
+                if first_token_at is None:
+                    first_token_at = now
+                last_step = step == self.steps - 1
+                events = [sample.add(token, self, last_step, now)
+                          for sample, token in zip(self.samples, chosen.tolist()) if sample.stop_reason is None]
+                clock.pause()
+                yield from events
+                clock.resume()
+                if all(sample.stop_reason is not None for sample in self.samples):
+                    break
+                with torch.inference_mode():  # one forward pass for the token(s) just chosen
+                    if cache is not None:
+                        logits = model(chosen[:, None], cache=cache)[:, -1]
+                    else:
+                        logits = model(sequence[:, :p + step + 1], last_only=True)[:, -1]
+            finished_at = clock.elapsed()
+            if self.prefix_cache is not None:
+                first = self.prompt + self.samples[0].tokens
+                self.prefix_cache.store(model, first[:cache.length], cache)
+        finally:
+            model.train(was_training)
+        yield StopEvent(self._result(kept_logits, cache_read, first_token_at, finished_at))
+
+    def _prefill(self, prompt: torch.Tensor) -> tuple[KVCache | None, int, torch.Tensor]:
+        """Read the prompt (the part the prefix cache does not hold); return the cache (copied into
+        n rows, one per sample), the tokens served from the prefix cache, and the next-token logits."""
+        model, cache_read = self.model, 0
+        if not self.use_cache:
+            return None, 0, model(prompt, last_only=True)[:, -1].expand(self.n, -1)
+        cache = model.new_cache(1, max_length=prompt.size(1) + self.steps - 1)  # the last token is never fed back
+        if self.prefix_cache is not None:
+            cache_read = self.prefix_cache.load(model, self.prompt, cache)
+        logits = model(prompt[:, cache_read:], cache=cache, last_only=True)[:, -1]
+        if self.n > 1:
+            cache = _repeat_rows(model, cache, self.n)
+        return cache, cache_read, logits.expand(self.n, -1)
+
+    def _result(self, kept_logits, cache_read, first_token_at, finished_at) -> Generation:
+        samples = []
+        for row, sample in enumerate(self.samples):
+            logits = None
+            if self.keep_logits:  # stacked outside inference mode: an ordinary tensor for the caller
+                logits = torch.stack([step[row] for step in kept_logits[:len(sample.tokens)]])
+            samples.append(sample.completion(logits))
+        output_tokens = sum(len(s.tokens) for s in samples)
+        decode_time, decode_tokens = finished_at - first_token_at, output_tokens - self.n
+        decode_speed = decode_tokens / decode_time if decode_tokens > 0 and decode_time > 0 else None
+        usage = Usage(input_tokens=len(self.prompt) - cache_read, output_tokens=output_tokens,
+                      cache_read_tokens=cache_read, time_to_first_token=first_token_at,
+                      decode_tokens_per_s=decode_speed)
+        return Generation(samples, usage)
+
+
+def _repeat_rows(model: Transformer, cache: KVCache, n: int) -> KVCache:
+    """A cache with n rows, each a copy of the one-row ``cache``: n samples share one prefill."""
+    wide = model.new_cache(n, max_length=cache.max_length, dtype=cache.keys[0].dtype)
+    for source, target in zip(cache.keys + cache.values, wide.keys + wide.values):
+        target[:, :, :cache.length] = source[:, :, :cache.length]
+    wide.length = cache.length
+    return wide
+
+
+# --- prompt caching across requests ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PrefixCacheStats:
+    """Counters since the cache was made (or cleared). ``hit_rate`` is the share of prompt tokens
+    that were served from the cache rather than prefilled."""
+
+    requests: int
+    hits: int  # requests that reused at least one block
+    cached_tokens: int
+    prefilled_tokens: int
+    evictions: int
+    blocks: int
+    nbytes: int
+
+    @property
+    def misses(self) -> int:
+        return self.requests - self.hits
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.cached_tokens + self.prefilled_tokens
+        return self.cached_tokens / total if total else 0.0
+
+
+class _Block:
+    """``block_size`` tokens and their keys and values, (n_layers, n_kv_heads, block_size, head_dim) each.
+    A block hangs under the block before it, so it is only found after that exact prefix."""
+
+    __slots__ = ("tokens", "parent", "children", "keys", "values")
+
+    def __init__(self, tokens: tuple[int, ...], parent: _Block | None, keys=None, values=None):
+        self.tokens, self.parent, self.children = tokens, parent, {}
+        self.keys, self.values = keys, values
+
+
+class PrefixCache:
+    """Prompt caching: keep the keys and values of prompts seen before and reuse the longest match.
+
+    Layout: a trie of token blocks. The tokens are cut into blocks of ``block_size``; each block
+    stores its keys and values for every layer and hangs under the block before it, keyed by its
+    own tokens. A block is therefore found only if *every* earlier token matches too: change one
+    early token and nothing after it is reused, just as a provider's prompt cache breaks when one
+    byte of the prefix changes. (A key's value depends on every token before it, so reusing it
+    after a different prefix would be wrong, not just stale.) Only whole blocks are stored, so a
+    match is rounded down to a multiple of ``block_size``, and at least one prompt token is always
+    prefilled, because its logits choose the first new token.
+
+    Memory: each block costs ``2 * n_layers * n_kv_heads * block_size * head_dim`` numbers. When a
+    new block would pass ``max_bytes`` the least recently used block without children is evicted
+    (a block is useless without the blocks before it, so those are kept longer).
+
+    Reuse never changes results: the stored keys and values are the ones a full prefill computes.
+    One cache serves one model; it empties itself if that model's weights change.
+    """
+
+    def __init__(self, max_bytes: int, *, block_size: int = 16):
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be a whole number of bytes >= 1, got {max_bytes!r}")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
+        self.max_bytes, self.block_size = max_bytes, block_size
+        self._model = None  # weak reference: the cache must not keep a model alive
+        self._fingerprint = None
+        self.clear()
+
+    def clear(self) -> None:
+        """Drop every block and reset the counters."""
+        self._root = _Block((), None)
+        self._recency: OrderedDict[_Block, None] = OrderedDict()  # least recently used first
+        self.nbytes = 0
+        self._counts = dict(requests=0, hits=0, cached_tokens=0, prefilled_tokens=0, evictions=0)
+
+    @property
+    def stats(self) -> PrefixCacheStats:
+        return PrefixCacheStats(**self._counts, blocks=len(self._recency), nbytes=self.nbytes)
+
+    def match_length(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of a prompt would be served from the cache (counts nothing)."""
+        return len(self._walk(tokens, (len(tokens) - 1) // self.block_size)) * self.block_size
+
+    def load(self, model: Transformer, tokens: Sequence[int], cache: KVCache) -> int:
+        """Copy the longest cached prefix of ``tokens`` into the empty ``cache``; return its length.
+        The caller prefills ``tokens[returned:]``."""
+        if cache.length != 0:
+            raise ValueError("PrefixCache.load needs an empty KV cache (cache.length == 0)")
+        self._bind(model, cache)
+        path = self._walk(tokens, (len(tokens) - 1) // self.block_size)
+        reused = len(path) * self.block_size
+        if path:
+            with torch.inference_mode():
+                keys = torch.cat([block.keys for block in path], dim=2)  # (layers, heads, reused, head_dim)
+                values = torch.cat([block.values for block in path], dim=2)
+                for layer in range(len(cache.keys)):
+                    cache.keys[layer][:, :, :reused] = keys[layer]
+                    cache.values[layer][:, :, :reused] = values[layer]
+            cache.length = reused
+            self._touch(path)
+        counts = self._counts
+        counts["requests"] += 1
+        counts["hits"] += bool(path)
+        counts["cached_tokens"] += reused
+        counts["prefilled_tokens"] += len(tokens) - reused
+        return reused
+
+    def store(self, model: Transformer, tokens: Sequence[int], cache: KVCache, row: int = 0) -> None:
+        """Keep the whole blocks of ``tokens`` whose keys and values are in ``cache`` (row ``row``)."""
+        self._bind(model, cache)
+        size = self.block_size
+        node, path = self._root, []
+        with torch.inference_mode():
+            for start in range(0, min(len(tokens), cache.length) // size * size, size):
+                key = tuple(tokens[start:start + size])
+                child = node.children.get(key)
+                if child is None:
+                    if not self._make_room(protect=path):
+                        break
+                    child = _Block(key, node,
+                                   torch.stack([k[row, :, start:start + size] for k in cache.keys]),
+                                   torch.stack([v[row, :, start:start + size] for v in cache.values]))
+                    node.children[key] = child
+                    self.nbytes += self._block_bytes
+                path.append(child)
+                node = child
+        self._touch(path)
+
+    # -- inside --
+
+    def _walk(self, tokens: Sequence[int], max_blocks: int) -> list[_Block]:
+        node, path, size = self._root, [], self.block_size
+        for i in range(max_blocks):
+            node = node.children.get(tuple(tokens[i * size:(i + 1) * size]))
+            if node is None:
+                break
+            path.append(node)
+        return path
+
+    def _touch(self, path: list[_Block]) -> None:
+        # Deepest first, so every block is more recent than the blocks after it: eviction then
+        # takes the ends of chains before their beginnings.
+        for block in reversed(path):
+            self._recency[block] = None
+            self._recency.move_to_end(block)
+
+    def _make_room(self, protect: list[_Block]) -> bool:
+        """Evict least recently used leaf blocks until one more block fits; False if it cannot."""
+        while self.nbytes + self._block_bytes > self.max_bytes:
+            victim = next((b for b in self._recency if not b.children and b not in protect), None)
+            if victim is None:
+                return False
+            del victim.parent.children[victim.tokens]
+            del self._recency[victim]
+            self.nbytes -= self._block_bytes
+            self._counts["evictions"] += 1
+        return True
+
+    def _bind(self, model: Transformer, cache: KVCache) -> None:
+        """Tie the cache to one model, and empty it if the weights or the cache layout changed."""
+        bound = self._model() if self._model is not None else None
+        if bound is not None and bound is not model:
+            raise ValueError("this PrefixCache holds keys and values computed by another model; "
+                             "use one PrefixCache per model")
+        keys = cache.keys[0]
+        # A parameter's version counter goes up on every in-place change (an optimiser step, load_state_dict).
+        weights_version = sum(p._version for p in model.parameters())
+        fingerprint = (weights_version, keys.dtype, keys.device, tuple(keys.shape[1::2]), len(cache.keys))
+        if bound is None or fingerprint != self._fingerprint:
+            self.clear()
+            self._model, self._fingerprint = weakref.ref(model), fingerprint
+        self._block_bytes = 2 * len(cache.keys) * keys.size(1) * self.block_size * keys.size(3) * keys.element_size()
+        if self._block_bytes > self.max_bytes:
+            raise ValueError(f"max_bytes={self.max_bytes} cannot hold even one block of {self.block_size} tokens "
+                             f"({self._block_bytes} bytes for this model); raise max_bytes or lower block_size")
+
+    def __repr__(self) -> str:
+        s = self.stats
+        return (f"PrefixCache(blocks={s.blocks}, {self.nbytes / 2**20:.2f}/{self.max_bytes / 2**20:.2f} MiB, "
+                f"requests={s.requests}, hit_rate={s.hit_rate:.0%})")
