@@ -7,7 +7,7 @@
 
 The KV cache (llmkit.kvcache) keeps every earlier token's keys and values, so a decode step only
 computes the new token's; ``use_cache=False`` recomputes the whole sequence at every step, for
-comparison. ``PrefixCache`` carries the same idea across requests (prompt caching): a request that
+comparison. ``PrefixCache`` (llmkit.prefix_cache) carries the same idea across requests (prompt caching): a request that
 starts with tokens seen before copies their keys and values instead of recomputing them.
 
 ``generate`` returns a finished ``Generation``; ``stream`` yields each token as it is made.
@@ -17,8 +17,6 @@ from __future__ import annotations
 import codecs
 import operator
 import time
-import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import ClassVar, Iterable, Iterator, Sequence
 
@@ -26,6 +24,7 @@ import torch
 
 from llmkit.kvcache import KVCache
 from llmkit.model import Transformer
+from llmkit.prefix_cache import PrefixCache, PrefixCacheStats  # noqa: F401 (re-exported: llmkit.generate.PrefixCache)
 from llmkit.sampling import GREEDY, SamplingParams, make_generator, sample_batch
 
 STOP_REASONS = ("end_turn", "max_tokens", "stop_sequence", "tool_use", "context_window")
@@ -457,183 +456,3 @@ def _repeat_rows(model: Transformer, cache: KVCache, n: int) -> KVCache:
         target[:, :, :cache.length] = source[:, :, :cache.length]
     wide.length = cache.length
     return wide
-
-
-# --- prompt caching across requests ------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class PrefixCacheStats:
-    """Counters since the cache was made (or cleared). ``hit_rate`` is the share of prompt tokens
-    that were served from the cache rather than prefilled."""
-
-    requests: int
-    hits: int  # requests that reused at least one block
-    cached_tokens: int
-    prefilled_tokens: int
-    evictions: int
-    blocks: int
-    nbytes: int
-
-    @property
-    def misses(self) -> int:
-        return self.requests - self.hits
-
-    @property
-    def hit_rate(self) -> float:
-        total = self.cached_tokens + self.prefilled_tokens
-        return self.cached_tokens / total if total else 0.0
-
-
-class _Block:
-    """``block_size`` tokens and their keys and values, (n_layers, n_kv_heads, block_size, head_dim) each.
-    A block hangs under the block before it, so it is only found after that exact prefix."""
-
-    __slots__ = ("tokens", "parent", "children", "keys", "values")
-
-    def __init__(self, tokens: tuple[int, ...], parent: _Block | None, keys=None, values=None):
-        self.tokens, self.parent, self.children = tokens, parent, {}
-        self.keys, self.values = keys, values
-
-
-class PrefixCache:
-    """Prompt caching: keep the keys and values of prompts seen before and reuse the longest match.
-
-    Layout: a trie of token blocks. The tokens are cut into blocks of ``block_size``; each block
-    stores its keys and values for every layer and hangs under the block before it, keyed by its
-    own tokens. A block is therefore found only if *every* earlier token matches too: change one
-    early token and nothing after it is reused, just as a provider's prompt cache breaks when one
-    byte of the prefix changes. (A key's value depends on every token before it, so reusing it
-    after a different prefix would be wrong, not just stale.) Only whole blocks are stored, so a
-    match is rounded down to a multiple of ``block_size``, and at least one prompt token is always
-    prefilled, because its logits choose the first new token.
-
-    Memory: each block costs ``2 * n_layers * n_kv_heads * block_size * head_dim`` numbers. When a
-    new block would pass ``max_bytes`` the least recently used block without children is evicted
-    (a block is useless without the blocks before it, so those are kept longer).
-
-    Reuse never changes results: the stored keys and values are the ones a full prefill computes.
-    One cache serves one model; it empties itself if that model's weights change.
-    """
-
-    def __init__(self, max_bytes: int, *, block_size: int = 16):
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"max_bytes must be a whole number of bytes >= 1, got {max_bytes!r}")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
-        self.max_bytes, self.block_size = max_bytes, block_size
-        self._model = None  # weak reference: the cache must not keep a model alive
-        self._fingerprint = None
-        self.clear()
-
-    def clear(self) -> None:
-        """Drop every block and reset the counters."""
-        self._root = _Block((), None)
-        self._recency: OrderedDict[_Block, None] = OrderedDict()  # least recently used first
-        self.nbytes = 0
-        self._counts = dict(requests=0, hits=0, cached_tokens=0, prefilled_tokens=0, evictions=0)
-
-    @property
-    def stats(self) -> PrefixCacheStats:
-        return PrefixCacheStats(**self._counts, blocks=len(self._recency), nbytes=self.nbytes)
-
-    def match_length(self, tokens: Sequence[int]) -> int:
-        """How many leading tokens of a prompt would be served from the cache (counts nothing)."""
-        return len(self._walk(tokens, (len(tokens) - 1) // self.block_size)) * self.block_size
-
-    def load(self, model: Transformer, tokens: Sequence[int], cache: KVCache) -> int:
-        """Copy the longest cached prefix of ``tokens`` into the empty ``cache``; return its length.
-        The caller prefills ``tokens[returned:]``."""
-        if cache.length != 0:
-            raise ValueError("PrefixCache.load needs an empty KV cache (cache.length == 0)")
-        self._bind(model, cache)
-        path = self._walk(tokens, (len(tokens) - 1) // self.block_size)
-        reused = len(path) * self.block_size
-        if path:
-            with torch.inference_mode():
-                keys = torch.cat([block.keys for block in path], dim=2)  # (layers, heads, reused, head_dim)
-                values = torch.cat([block.values for block in path], dim=2)
-                for layer in range(len(cache.keys)):
-                    cache.keys[layer][:, :, :reused] = keys[layer]
-                    cache.values[layer][:, :, :reused] = values[layer]
-            cache.length = reused
-            self._touch(path)
-        counts = self._counts
-        counts["requests"] += 1
-        counts["hits"] += bool(path)
-        counts["cached_tokens"] += reused
-        counts["prefilled_tokens"] += len(tokens) - reused
-        return reused
-
-    def store(self, model: Transformer, tokens: Sequence[int], cache: KVCache, row: int = 0) -> None:
-        """Keep the whole blocks of ``tokens`` whose keys and values are in ``cache`` (row ``row``)."""
-        self._bind(model, cache)
-        size = self.block_size
-        node, path = self._root, []
-        with torch.inference_mode():
-            for start in range(0, min(len(tokens), cache.length) // size * size, size):
-                key = tuple(tokens[start:start + size])
-                child = node.children.get(key)
-                if child is None:
-                    if not self._make_room(protect=path):
-                        break
-                    child = _Block(key, node,
-                                   torch.stack([k[row, :, start:start + size] for k in cache.keys]),
-                                   torch.stack([v[row, :, start:start + size] for v in cache.values]))
-                    node.children[key] = child
-                    self.nbytes += self._block_bytes
-                path.append(child)
-                node = child
-        self._touch(path)
-
-    # -- inside --
-
-    def _walk(self, tokens: Sequence[int], max_blocks: int) -> list[_Block]:
-        node, path, size = self._root, [], self.block_size
-        for i in range(max_blocks):
-            node = node.children.get(tuple(tokens[i * size:(i + 1) * size]))
-            if node is None:
-                break
-            path.append(node)
-        return path
-
-    def _touch(self, path: list[_Block]) -> None:
-        # Deepest first, so every block is more recent than the blocks after it: eviction then
-        # takes the ends of chains before their beginnings.
-        for block in reversed(path):
-            self._recency[block] = None
-            self._recency.move_to_end(block)
-
-    def _make_room(self, protect: list[_Block]) -> bool:
-        """Evict least recently used leaf blocks until one more block fits; False if it cannot."""
-        while self.nbytes + self._block_bytes > self.max_bytes:
-            victim = next((b for b in self._recency if not b.children and b not in protect), None)
-            if victim is None:
-                return False
-            del victim.parent.children[victim.tokens]
-            del self._recency[victim]
-            self.nbytes -= self._block_bytes
-            self._counts["evictions"] += 1
-        return True
-
-    def _bind(self, model: Transformer, cache: KVCache) -> None:
-        """Tie the cache to one model, and empty it if the weights or the cache layout changed."""
-        bound = self._model() if self._model is not None else None
-        if bound is not None and bound is not model:
-            raise ValueError("this PrefixCache holds keys and values computed by another model; "
-                             "use one PrefixCache per model")
-        keys = cache.keys[0]
-        # A parameter's version counter goes up on every in-place change (an optimiser step, load_state_dict).
-        weights_version = sum(p._version for p in model.parameters())
-        fingerprint = (weights_version, keys.dtype, keys.device, tuple(keys.shape[1::2]), len(cache.keys))
-        if bound is None or fingerprint != self._fingerprint:
-            self.clear()
-            self._model, self._fingerprint = weakref.ref(model), fingerprint
-        self._block_bytes = 2 * len(cache.keys) * keys.size(1) * self.block_size * keys.size(3) * keys.element_size()
-        if self._block_bytes > self.max_bytes:
-            raise ValueError(f"max_bytes={self.max_bytes} cannot hold even one block of {self.block_size} tokens "
-                             f"({self._block_bytes} bytes for this model); raise max_bytes or lower block_size")
-
-    def __repr__(self) -> str:
-        s = self.stats
-        return (f"PrefixCache(blocks={s.blocks}, {self.nbytes / 2**20:.2f}/{self.max_bytes / 2**20:.2f} MiB, "
-                f"requests={s.requests}, hit_rate={s.hit_rate:.0%})")
