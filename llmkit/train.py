@@ -31,7 +31,7 @@ import os
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -78,35 +78,45 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict, source: str = "the config") -> TrainConfig:
-        known = [f.name for f in dataclasses.fields(cls)]
-        for key in values:
-            if key not in known:
-                hint = difflib.get_close_matches(key, known, n=1)
-                raise ValueError(
-                    f"unknown key {key!r} in {source}"
-                    + (f"; did you mean {hint[0]!r}?" if hint else "")
-                    + f" Valid keys: {', '.join(known)}."
-                )
-        if "model" not in values:
-            raise ValueError(f"{source} has no 'model' section (the model's shape: d_model, n_layers, ...).")
+        """Build and check a config; a wrong or missing key is named in the error."""
+        fields = dataclasses.fields(cls)
+        check_keys(values, [f.name for f in fields], source)
+        missing = [f.name for f in fields if f.name not in values
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"{source} lacks the key(s) {missing}" +
+                             (" (the model's shape: d_model, n_layers, ...)" if "model" in missing else ""))
         cfg = cls(**values)
         cfg.betas = tuple(cfg.betas)
-        if cfg.dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"dtype must be 'float32' or 'bfloat16', not {cfg.dtype!r}")
-        model_config(cfg.model, vocab_size=2, source=source)  # fail now on a bad model section, not after tokenising
+        cfg.validate(source)
         return cfg
 
     @classmethod
-    def from_json(cls, path: str | Path) -> TrainConfig:
+    def from_json(cls, path: str | Path, **overrides) -> TrainConfig:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist.")
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")), source=str(path))
+        return cls.from_dict({**json.loads(path.read_text(encoding="utf-8")), **overrides}, source=str(path))
+
+    def validate(self, source: str) -> None:
+        """Fail now, not after minutes of tokenising, on values that cannot work."""
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be 'float32' or 'bfloat16', not {self.dtype!r} (in {source})")
+        model_config(self.model, vocab_size=2, source=source)  # any vocab will do to check the shape
 
     def to_dict(self) -> dict:
         values = dataclasses.asdict(self)
         values["betas"] = list(self.betas)
         return values
+
+
+def check_keys(values: dict, known: list[str], where: str) -> None:
+    """A clear error for the first key that is not in ``known``, with the nearest valid one."""
+    for key in values:
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            raise ValueError(f"unknown key {key!r} in {where}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+                             + f" Valid keys: {', '.join(known)}.")
 
 
 def model_config(section: dict, vocab_size: int, source: str = "the config") -> ModelConfig:
@@ -116,15 +126,8 @@ def model_config(section: dict, vocab_size: int, source: str = "the config") -> 
     presets = {"llama": ModelConfig.llama, "gpt2": ModelConfig.gpt2}
     if family not in presets:
         raise ValueError(f"model family {family!r} in {source} is unknown; use 'llama' or 'gpt2'.")
-    known = {f.name for f in dataclasses.fields(ModelConfig)} - {"vocab_size"}
-    for key in section:
-        if key not in known:
-            hint = difflib.get_close_matches(key, sorted(known), n=1)
-            raise ValueError(
-                f"unknown key {key!r} in the model section of {source}"
-                + (f"; did you mean {hint[0]!r}?" if hint else "")
-                + f" Valid keys: family, {', '.join(sorted(known))}."
-            )
+    known = sorted(f.name for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size")
+    check_keys(section, known, f"the model section of {source}")
     try:
         return presets[family](vocab_size=vocab_size, **section)
     except TypeError as exc:  # a required key is missing
@@ -174,7 +177,8 @@ def autocast(device: torch.device, dtype: str):
 
 
 @torch.no_grad()
-def evaluate(model: Transformer, text: TokenizedText, *, batch_size: int = 16, dtype: str = "float32") -> dict[str, float]:
+def evaluate(model: Transformer, text: TokenizedText, *, batch_size: int = 16,
+             dtype: str = "float32") -> dict[str, float]:
     """Score a tokenised text: mean loss in nats per token, and bits per byte.
 
     Bits per byte = total nats / ln 2 / bytes of text. Unlike loss per token it does not depend on
@@ -280,7 +284,7 @@ def _rng_states(procs: Processes) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(folder: Path, model: Transformer, optimizer: torch.optim.Optimizer, step: int,
-                    procs: Processes, extra: dict | None = None) -> None:
+                    procs: Processes) -> None:
     """Write model, optimizer moments, step and RNG states as safetensors + JSON (no pickle).
 
     All processes must call it (they share their RNG states); only the main one writes. The new
@@ -297,7 +301,7 @@ def save_checkpoint(folder: Path, model: Transformer, optimizer: torch.optim.Opt
     shutil.rmtree(fresh, ignore_errors=True)
     model.save(fresh)
     save_file(tensors, fresh / "optimizer.safetensors")
-    state = {"step": step, "world_size": procs.world_size, "param_groups": optim_state["param_groups"], **(extra or {})}
+    state = {"step": step, "world_size": procs.world_size, "param_groups": optim_state["param_groups"]}
     (fresh / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n")
     if folder.exists():
         folder.rename(old)
@@ -402,8 +406,9 @@ def fit(model: Transformer, optimizer: torch.optim.Optimizer, batch_at: Callable
             shown.update(loss=f"{mean_loss:.3f}", tok_per_s=f"{speed:,.0f}")
             bar.set_postfix(shown)
             if log is not None:
-                log.write(kind="train", step=done, loss=round(mean_loss, 4), lr=round(optimizer.param_groups[0]["lr"], 7),
-                          tokens_per_s=round(speed), seconds=round(seconds, 2))
+                log.write(kind="train", step=done, loss=round(mean_loss, 4),
+                          lr=round(optimizer.param_groups[0]["lr"], 7), tokens_per_s=round(speed),
+                          seconds=round(seconds, 2))
             loss_sum.zero_()
             steps_since_log = 0
             clock = time.perf_counter()
@@ -418,7 +423,8 @@ def fit(model: Transformer, optimizer: torch.optim.Optimizer, batch_at: Callable
 
 
 # --------------------------------------------------------------------------------- pretraining run
-def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None, progress: bool = True) -> Transformer:
+def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None,
+          progress: bool = True) -> Transformer:
     """Pretrain a model as ``cfg`` says; returns it (on every process).
 
     Writes into ``cfg.out_dir``: ``checkpoint/`` (to resume), ``train_log.jsonl`` and, when the
@@ -472,31 +478,27 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m llmkit.train", description="Pretrain a Transformer on a text corpus.")
+    parser = argparse.ArgumentParser(prog="python -m llmkit.train",
+                                     description="Pretrain a Transformer on a text corpus.")
     parser.add_argument("--config", required=True, help="a JSON file of TrainConfig keys")
     parser.add_argument("--resume", action="store_true", help="continue from <out_dir>/checkpoint")
     parser.add_argument("--stop-after", type=int, help="stop after this step (a checkpoint is written)")
-    for key in ("device", "dtype", "out_dir", "threads", "max_steps"):
-        parser.add_argument("--" + key.replace("_", "-"), dest=key, help=f"override the config's {key}")
+    parser.add_argument("--device", help="override the config: auto, cpu, cuda, mps")
+    parser.add_argument("--dtype", help="override the config: float32 or bfloat16")
+    parser.add_argument("--out-dir", help="override the config's out_dir")
+    parser.add_argument("--threads", type=int, help="override the config: torch CPU threads per process")
     args = parser.parse_args(argv)
-    values = json.loads(Path(args.config).read_text(encoding="utf-8")) if Path(args.config).is_file() else None
-    if values is None:
-        parser.error(f"config file {args.config} does not exist")
-    for key in ("device", "dtype", "out_dir"):
-        if getattr(args, key) is not None:
-            values[key] = getattr(args, key)
-    for key in ("threads", "max_steps"):
-        if getattr(args, key) is not None:
-            values[key] = int(getattr(args, key))
-    cfg = TrainConfig.from_dict(values, source=args.config)
+    overrides = {key: getattr(args, key) for key in ("device", "dtype", "out_dir", "threads")
+                 if getattr(args, key) is not None}
+    cfg = TrainConfig.from_json(args.config, **overrides)
     started = time.perf_counter()
     train(cfg, resume=args.resume, stop_after=args.stop_after)
-    if int(os.environ.get("RANK", "0")) == 0:
-        evals = [r for r in read_log(Path(cfg.out_dir) / "train_log.jsonl") if r["kind"] == "eval"]
-        if evals:
-            last = evals[-1]
-            print(f"step {last['step']}: held-out {last['heldout_loss']:.3f} nats/token, "
-                  f"{last['heldout_bpb']:.3f} bits/byte; {(time.perf_counter() - started) / 60:.1f} min")
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    evals = [r for r in read_log(Path(cfg.out_dir) / "train_log.jsonl") if r["kind"] == "eval"]
+    if evals:
+        print(f"step {evals[-1]['step']}: held-out {evals[-1]['heldout_loss']:.3f} nats/token, "
+              f"{evals[-1]['heldout_bpb']:.3f} bits/byte; {(time.perf_counter() - started) / 60:.1f} min")
 
 
 if __name__ == "__main__":
