@@ -1,0 +1,460 @@
+"""A Messages-style client for the course's chat model: render -> generate -> parse, with usage and cost.
+
+This is the harness a hosted API runs for you, written out::
+
+    client = Client()                      # loads data/models/chat
+    reply = client.messages.create(messages=[{"role": "user", "content": "Weather in Pune?"}],
+                                   tools=[get_weather], max_tokens=64)
+    reply.content      # [{"type": "thinking", ...}, {"type": "tool_use", "name": "get_weather", ...}]
+    reply.usage        # input_tokens, cache_read_input_tokens, output_tokens
+    reply.cost         # dollars, from the price table
+
+Each call is stateless: the whole conversation is rendered into one row of tokens
+(``llmkit.chat_template``) and the model continues it (``llmkit.generate``). Choices made here:
+
+- **Context window.** The prompt must leave room for at least one new token. ``max_tokens`` is a
+  budget, not a reservation: if the window fills first the reply stops with "context_window". A
+  prompt that does not fit is an error saying by how many tokens (``ContextWindowError``), or,
+  with ``context_policy="drop_oldest"``, the oldest whole turns are dropped (never the system
+  prompt or tools, never a tool result without its call) and ``Message.dropped`` lists them.
+- **Thinking.** By default (``thinking=None`` or ``{"type": "enabled"}``) the model may write a
+  thinking block first, as it was trained to. ``{"type": "disabled"}`` gives ``<|thinking|>``
+  and ``<|end_thinking|>`` a score of minus infinity at every step, so no thinking block can
+  open. (Prefilling an empty ``<|thinking|><|end_thinking|>``, as some open models do, only works
+  for a model trained that way; the course model was not, and goes on thinking after it. Banned
+  from thinking, it may still write its reasoning as plain text.) Thinking tokens are output
+  tokens and billed so.
+- **Stored conversations.** ``create(..., previous_id=reply.id)`` continues a conversation the
+  client kept (what was sent, after any dropping, plus the reply), so the caller sends only the
+  new message; system and tools are inherited unless given. The model still re-reads every
+  token: ``usage`` shows it (as input, or as cache reads when the prompt cache has them).
+- **Prompt caching.** With ``cache=True`` the engine's ``PrefixCache`` is shared across calls,
+  so a prompt that starts like an earlier one (same system prompt and tools, same history)
+  reuses its keys and values: ``usage.cache_read_input_tokens``. The reply is the same either way.
+- **Prefill.** A trailing assistant message is continued; the reply holds only the new blocks.
+- **Sampling** defaults to temperature 1.0, as hosted APIs do; pass ``temperature=0`` for greedy.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from llmkit.chat_template import Rendered, parse_assistant, render, stop_tokens
+from llmkit.generate import PrefixCache, stream as generate_stream
+from llmkit.sampling import SamplingParams
+from llmkit.trace import Bill, Prices, Trace
+
+DEFAULT_PREFIX_CACHE_BYTES = 64 * 2**20
+CONTEXT_POLICIES = ("error", "drop_oldest")
+
+
+class ContextWindowError(ValueError):
+    """The request does not fit the model's context window; ``over_by`` tokens too many."""
+
+    def __init__(self, message: str, *, prompt_tokens: int, context_window: int):
+        super().__init__(message)
+        self.prompt_tokens, self.context_window = prompt_tokens, context_window
+        self.over_by = prompt_tokens - (context_window - 1)
+
+
+@dataclass
+class MessageUsage:
+    """Tokens of one request. The prompt is ``input_tokens + cache_read_input_tokens``;
+    ``output_tokens`` counts every generated token, thinking and the final stop token included."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int = 0
+    thinking_tokens: int = 0
+    time_to_first_token: float | None = None
+
+
+@dataclass
+class Message:
+    """The assistant's reply: content blocks, why it stopped, usage, cost and what was dropped."""
+
+    id: str
+    content: list[dict]
+    stop_reason: str
+    usage: MessageUsage
+    bill: Bill
+    stop_sequence: str | None = None
+    dropped: list[dict] = field(default_factory=list)  # messages the context policy left out
+    role: str = "assistant"
+
+    @property
+    def cost(self) -> float:
+        """Dollars, from the client's price table."""
+        return self.bill.total
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined (thinking and tool calls left out)."""
+        return "".join(block["text"] for block in self.content if block["type"] == "text")
+
+    def to_param(self) -> dict:
+        """The reply as a message to append to the history you send next time."""
+        return {"role": "assistant", "content": copy.deepcopy(self.content)}
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    """A piece of the reply while streaming: new ``text`` for block ``index`` of ``type``
+    ("text", "thinking", or "tool_use", whose text is the raw JSON of the call)."""
+
+    index: int
+    type: str
+    text: str
+
+
+@dataclass
+class _Request:
+    system: str | None
+    tools: list
+    messages: list[dict]  # what is sent, after dropping
+    dropped: list[dict]
+    rendered: Rendered
+    history_tokens: int
+    max_tokens: int
+    sampling: SamplingParams
+    stop_sequences: tuple[str, ...]
+    seed: int | None
+    cache: bool
+    prefilled: bool  # the last message is the assistant's own (continued, not answered)
+    thinking: bool
+    trace: Trace | None
+
+
+class Client:
+    """Load a chat model once; talk to it through ``client.messages``."""
+
+    def __init__(self, model_dir=None, *, device=None, prices: Prices | None = None,
+                 prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES):
+        from llmkit.weights import load_model  # floor 3, loaded only when a client is made
+
+        try:
+            model, tokenizer = load_model("chat" if model_dir is None else model_dir, device=device)
+        except FileNotFoundError as exc:
+            if model_dir is not None:
+                raise
+            raise FileNotFoundError(f"{exc}. The chat model is not in data/models/chat yet: train it (see "
+                                    f"data/README.md), or pass Client('base') to try the plumbing") from None
+        self._setup(model, tokenizer, prices, prefix_cache_bytes)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, *, prices: Prices | None = None,
+                   prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES) -> Client:
+        """A client for a model already in memory (e.g. one you just trained)."""
+        client = cls.__new__(cls)
+        client._setup(model, tokenizer, prices, prefix_cache_bytes)
+        return client
+
+    def _setup(self, model, tokenizer, prices, prefix_cache_bytes) -> None:
+        if prices is not None and not isinstance(prices, Prices):
+            raise TypeError(f"prices must be an llmkit.trace.Prices, got {type(prices).__name__}")
+        self.model, self.tokenizer = model, tokenizer
+        self.prices = prices or Prices()
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)
+        self.stop_tokens = stop_tokens(tokenizer)
+        self.conversations: dict[str, tuple[str | None, list, list[dict]]] = {}
+        self._numbers = itertools.count(1)
+        self.messages = Messages(self)
+
+    @property
+    def context_window(self) -> int:
+        return self.model.config.context_length
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` costs when sent as message content (markers stay plain text)."""
+        return len(self.tokenizer.encode(text, disallowed_special=()))
+
+
+class Messages:
+    """``create`` (one finished reply) and ``stream`` (the reply as it is written)."""
+
+    def __init__(self, client: Client):
+        self._client = client
+
+    def create(self, **request: Any) -> Message:
+        """Send one request and return the reply; see ``stream`` for the arguments."""
+        for item in self.stream(**request):
+            pass
+        return item
+
+    def stream(self, *, messages: list[dict], max_tokens: int, system: str | None = None, tools=None,
+               stop_sequences=None, thinking: dict | None = None, seed: int | None = None,
+               temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None, min_p: float = 0.0,
+               cache: bool = True, previous_id: str | None = None, context_policy: str = "error",
+               trace: Trace | None = None) -> Iterator[ContentDelta | Message]:
+        """Yield ``ContentDelta`` pieces as the model writes, then the finished ``Message``.
+
+        messages: ``{"role": "user" | "assistant", "content": str | [blocks]}``, oldest first.
+        max_tokens: the most tokens to generate (thinking included), >= 1.
+        system, tools: the system prompt and the tools (``llmkit.tools.Tool`` or definitions).
+        stop_sequences: strings that end the reply (left out of it).
+        thinking: None / {"type": "enabled"}: the model may think first; {"type": "disabled"}: not.
+        seed, temperature, top_p, top_k, min_p: sampling (temperature 0 is greedy).
+        cache: reuse the prompt cache across requests. previous_id: continue a stored conversation.
+        context_policy: "error" (default) or "drop_oldest" when the prompt does not fit.
+        trace: an ``llmkit.trace.Trace`` to record what happened.
+
+        The request is checked now, so a mistake raises here, before anything is generated.
+        """
+        request = self._prepare(messages, max_tokens, system, tools, stop_sequences, thinking, seed,
+                                SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+                                cache, previous_id, context_policy, trace)
+        return self._run(request)
+
+    def render(self, *, messages: list[dict], system: str | None = None, tools=None,
+               thinking: dict | None = None) -> Rendered:
+        """The exact tokens ``create`` would send for this request (the prompt)."""
+        _thinking_enabled(thinking)  # checked; it does not change the prompt
+        return self._render(system, tools or [], messages)
+
+    # --- preparing the request --------------------------------------------------------------
+    def _prepare(self, messages, max_tokens, system, tools, stop_sequences, thinking, seed, sampling,
+                 cache, previous_id, context_policy, trace) -> _Request:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be a whole number >= 1, got {max_tokens!r}")
+        if not isinstance(messages, list):
+            raise TypeError(f"messages must be a list of {{'role', 'content'}} dicts, got {type(messages).__name__}")
+        if context_policy not in CONTEXT_POLICIES:
+            raise ValueError(f"context_policy must be one of {CONTEXT_POLICIES}, got {context_policy!r}")
+        if trace is not None and not isinstance(trace, Trace):
+            raise TypeError(f"trace must be an llmkit.trace.Trace or None, got {type(trace).__name__}")
+        if not isinstance(cache, bool):
+            raise TypeError(f"cache must be True or False, got {cache!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        stop_sequences = () if stop_sequences is None else stop_sequences
+        if not isinstance(stop_sequences, (list, tuple)) or not all(isinstance(s, str) and s for s in stop_sequences):
+            raise TypeError(f"stop_sequences must be a list of non-empty strings, got {stop_sequences!r}")
+        thinking_on = _thinking_enabled(thinking)
+        if tools is not None and not isinstance(tools, (list, tuple)):
+            raise TypeError(f"tools must be a list of Tool objects or tool definitions, got {type(tools).__name__}")
+
+        if previous_id is not None:
+            if previous_id not in self._client.conversations:
+                raise ValueError(f"previous_id {previous_id!r} is not a conversation this client stored; "
+                                 f"pass the id of an earlier reply from this client")
+            stored_system, stored_tools, history = self._client.conversations[previous_id]
+            system = stored_system if system is None else system
+            tools = stored_tools if tools is None else tools
+            messages = history + messages
+        if not messages:
+            raise ValueError("messages is empty; send at least one user message")
+        tools = list(tools or [])
+        _check_tool_names(tools)
+        messages = copy.deepcopy(messages)
+
+        try:
+            rendered = self._render(system, tools, messages)  # checks every message
+        except (TypeError, ValueError) as exc:
+            if previous_id is None:
+                raise
+            stored = len(self._client.conversations[previous_id][2])
+            raise type(exc)(f"{exc} (message indices count the {stored} stored messages of previous_id "
+                            f"first: your messages start at messages[{stored}])") from None
+        dropped: list[dict] = []
+        limit = self._client.context_window - 1  # at least one new token must fit
+        while len(rendered) > limit:
+            over = len(rendered) - limit
+            cut = _next_turn_start(messages)
+            if context_policy == "error" or cut is None:
+                hint = ("pass context_policy='drop_oldest' to drop the oldest turns, or shorten the messages"
+                        if cut is not None else "even the newest turn alone is too long; shorten it, the system "
+                        "prompt or the tools")
+                raise ContextWindowError(
+                    f"the prompt is {len(rendered)} tokens but the context window is {self._client.context_window} "
+                    f"and one token must be left for the reply: over by {over} tokens; {hint}",
+                    prompt_tokens=len(rendered), context_window=self._client.context_window)
+            dropped += messages[:cut]
+            messages = messages[cut:]
+            rendered = self._render(system, tools, messages)
+
+        history = len(self._render(system, tools, messages[:-1], add_generation_prompt=False))
+        return _Request(system, tools, messages, dropped, rendered, history, max_tokens, sampling,
+                        tuple(stop_sequences), seed, cache, messages[-1]["role"] == "assistant", thinking_on, trace)
+
+    def _render(self, system, tools, messages, add_generation_prompt: bool = True) -> Rendered:
+        return render(self._client.tokenizer, messages, tools=tools, system=system,
+                      add_generation_prompt=add_generation_prompt)
+
+    # --- running it ---------------------------------------------------------------------------
+    def _run(self, request: _Request) -> Iterator[ContentDelta | Message]:
+        client, trace = self._client, request.trace
+        number = next(client._numbers)
+        message_id, tool_use_id = f"msg_{number:04d}", f"toolu_{number:04d}"
+        if trace is not None:
+            trace.add("request", request=number, id=message_id)
+            trace.add("context", **_context_parts(request))
+        started = trace.now() if trace is not None else 0.0
+        events = generate_stream(
+            client.model, request.rendered.ids, max_new_tokens=request.max_tokens, sampling=request.sampling,
+            stop_tokens=client.stop_tokens.end_turn, tool_stop_tokens=client.stop_tokens.tool_use,
+            stop_sequences=request.stop_sequences, tokenizer=client.tokenizer, seed=request.seed,
+            prefix_cache=client.prefix_cache if request.cache else None)
+        holdback = max((len(s) for s in request.stop_sequences), default=1) - 1
+        tokens: list[int] = []
+        sent: list[int] = []  # characters already streamed, per block
+        special = client.tokenizer.special_tokens
+        banned = [] if request.thinking else [special["<|thinking|>"], special["<|end_thinking|>"]]
+        hook = client.model.register_forward_hook(_suppress(banned)) if banned else None
+        try:
+            for event in events:
+                if event.type == "token":
+                    # stream the text up to the token before this one: if this token completes a stop
+                    # sequence, the text it adds is cut, and so it must not have been sent yet
+                    if tokens:
+                        blocks = parse_assistant(client.tokenizer, tokens, tool_use_id=tool_use_id)
+                        yield from _deltas(blocks, sent, holdback)
+                    tokens.append(event.token)
+                else:
+                    generation = event.generation
+        finally:
+            if hook is not None:
+                hook.remove()
+        content = _final_content(generation, tokens, client.tokenizer, tool_use_id)
+        yield from _deltas(content, sent, 0, final=True)
+
+        usage = generation.usage
+        thinking_tokens = _thinking_token_count(tokens, client.tokenizer)
+        bill = Bill(usage.input_tokens, usage.cache_read_tokens, usage.output_tokens, client.prices)
+        message = Message(
+            id=message_id, content=content, stop_reason=generation.stop_reason,
+            stop_sequence=generation.stop_sequence, bill=bill, dropped=request.dropped,
+            usage=MessageUsage(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+                               thinking_tokens, usage.time_to_first_token))
+        client.conversations[message_id] = (request.system, request.tools, _with_reply(request, content))
+        if trace is not None:
+            _record(trace, started, request, message, usage)
+        yield message
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+def _thinking_enabled(thinking) -> bool:
+    if thinking is None:
+        return True
+    if not isinstance(thinking, dict) or set(thinking) != {"type"} or thinking["type"] not in ("enabled", "disabled"):
+        raise ValueError(f"thinking must be None, {{'type': 'enabled'}} or {{'type': 'disabled'}}, got {thinking!r}")
+    return thinking["type"] == "enabled"
+
+
+def _suppress(token_ids: list[int]):
+    """A forward hook that makes ``token_ids`` impossible: their scores become minus infinity."""
+    def hook(module, inputs, logits):
+        logits[..., token_ids] = float("-inf")
+        return logits
+    return hook
+
+
+def _check_tool_names(tools: list) -> None:
+    names = [getattr(t, "name", None) or (t.get("name") if isinstance(t, dict) else None) for t in tools]
+    repeated = sorted({name for name in names if name is not None and names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"tools has more than one tool named {repeated}; the model could not tell them apart")
+
+
+def _next_turn_start(messages: list[dict]) -> int | None:
+    """Where the second turn starts: the next user message that is not a tool result (dropping a
+    tool call without its result, or a result without its call, would break the conversation).
+    None if the newest turn is the only one."""
+    for index in range(1, len(messages)):
+        message = messages[index]
+        is_result = isinstance(message["content"], list) and any(
+            block.get("type") == "tool_result" for block in message["content"])
+        if message["role"] == "user" and not is_result:
+            return index
+    return None
+
+
+def _block_text(block: dict) -> str | None:
+    if block["type"] == "text":
+        return block["text"]
+    if block["type"] == "thinking":
+        return block["thinking"]
+    return block["input"] if isinstance(block["input"], str) else None  # a tool call still being written
+
+
+def _deltas(blocks: list[dict], sent: list[int], holdback: int, *, final: bool = False) -> Iterator[ContentDelta]:
+    """The text in ``blocks`` not streamed yet, keeping back the last ``holdback`` characters of the
+    newest block (they may be the start of a stop sequence) and any half-decoded character."""
+    for index, block in enumerate(blocks):
+        if index == len(sent):
+            sent.append(0)
+        text = _block_text(block)
+        if text is None:
+            continue
+        is_open = index == len(blocks) - 1 and not final
+        end = len(text) - (holdback if is_open and block["type"] != "tool_use" else 0)
+        while is_open and end > 0 and text[end - 1] == "\ufffd":
+            end -= 1
+        if end > sent[index]:
+            yield ContentDelta(index, block["type"], text[sent[index]:end])
+            sent[index] = end
+
+
+def _final_content(generation, tokens: list[int], tokenizer, tool_use_id: str) -> list[dict]:
+    """The reply's blocks; a matched stop sequence is cut out of the block it ended."""
+    blocks = parse_assistant(tokenizer, tokens, tool_use_id=tool_use_id)
+    if generation.stop_reason == "stop_sequence" and blocks and blocks[-1]["type"] in ("text", "thinking"):
+        key = "text" if blocks[-1]["type"] == "text" else "thinking"
+        text = blocks[-1][key]
+        at = text.rfind(generation.stop_sequence)
+        if at >= 0:
+            blocks[-1][key] = text[:at]
+            if key == "text" and not blocks[-1]["text"]:
+                blocks.pop()
+    return blocks
+
+
+def _thinking_token_count(tokens: list[int], tokenizer) -> int:
+    """Tokens from ``<|thinking|>`` to ``<|end_thinking|>`` (markers included)."""
+    special = tokenizer.special_tokens
+    start, end = special["<|thinking|>"], special["<|end_thinking|>"]
+    count, inside = 0, False
+    for token in tokens:
+        inside = inside or token == start
+        count += inside
+        if token == end:
+            inside = False
+    return count
+
+
+def _with_reply(request: _Request, content: list[dict]) -> list[dict]:
+    """The conversation to store: what was sent plus the reply (merged into a continued prefill)."""
+    messages = copy.deepcopy(request.messages)
+    if not request.prefilled:
+        return messages + [{"role": "assistant", "content": copy.deepcopy(content)}]
+    last = messages[-1]
+    blocks = [{"type": "text", "text": last["content"]}] if isinstance(last["content"], str) else last["content"]
+    for block in copy.deepcopy(content):
+        if blocks and block["type"] == "text" and blocks[-1]["type"] == "text":
+            blocks[-1] = {"type": "text", "text": blocks[-1]["text"] + block["text"]}
+        else:
+            blocks.append(block)
+    last["content"] = blocks
+    return messages
+
+
+def _context_parts(request: _Request) -> dict:
+    roles = request.rendered.roles
+    system, tools = roles.count("system"), roles.count("tools")
+    history = request.history_tokens - system - tools
+    return dict(total=len(roles), system=system, tools=tools, history=history,
+                new_message=len(roles) - system - tools - history, dropped_messages=len(request.dropped))
+
+
+def _record(trace: Trace, started: float, request: _Request, message: Message, usage) -> None:
+    first = usage.time_to_first_token or 0.0
+    trace.add("prefill", t=started, duration=first, input_tokens=usage.input_tokens,
+              cache_read_tokens=usage.cache_read_tokens)
+    if message.usage.thinking_tokens:
+        trace.add("thinking", t=started + first, tokens=message.usage.thinking_tokens)
+    trace.add("answer", t=started + first, duration=max(trace.now() - started - first, 0.0),
+              stop_reason=message.stop_reason, text=message.text, content=message.content,
+              output_tokens=message.usage.output_tokens)
+    trace.add("bill", bill=message.bill)

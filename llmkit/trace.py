@@ -1,0 +1,174 @@
+"""Events and the bill: what happened inside one request, or one agent run, and what it cost.
+
+A chat reply looks like one step, but the harness does several: it assembles the context (system
+prompt, tool definitions, the history re-sent in full, the new message), the model prefills it
+(part of it may be served from the prompt cache), thinks, answers or asks for a tool, the harness
+runs the tool and sends its result back, and so on. A ``Trace`` records each of those as an
+event with a timestamp, so a notebook can print it (``summary``) or draw it
+(``llmkit.viz.trace``). Pass one to ``Client.messages.create(..., trace=t)`` or ``run_agent``.
+
+The bill follows the usual price table: input tokens the model read, input tokens served from
+the prompt cache (much cheaper: nothing was computed), and output tokens (dearer: one forward
+pass each, thinking included, shown to the user or not).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+PER_MILLION = 1_000_000
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Dollars per million tokens. The defaults are a typical hosted model's list price ($2 in,
+    $10 out) with cache reads at a tenth of the input price."""
+
+    input: float = 2.0
+    output: float = 10.0
+    cache_read: float = 0.2
+
+    def __post_init__(self) -> None:
+        for name in ("input", "output", "cache_read"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"Prices.{name} must be a number of dollars per million tokens >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class BillLine:
+    """One line of a bill: ``tokens`` at ``price`` dollars per million."""
+
+    label: str
+    tokens: int
+    price: float
+
+    @property
+    def dollars(self) -> float:
+        return self.tokens * self.price / PER_MILLION
+
+
+@dataclass(frozen=True)
+class Bill:
+    """What a request (or several, added with ``+``) cost: input, cache read and output lines."""
+
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    output_tokens: int = 0
+    prices: Prices = field(default_factory=Prices)
+
+    @property
+    def lines(self) -> list[BillLine]:
+        return [BillLine("input", self.input_tokens, self.prices.input),
+                BillLine("cache read", self.cache_read_tokens, self.prices.cache_read),
+                BillLine("output", self.output_tokens, self.prices.output)]
+
+    @property
+    def total(self) -> float:
+        return sum(line.dollars for line in self.lines)
+
+    def __add__(self, other: Bill) -> Bill:
+        if not isinstance(other, Bill):
+            return NotImplemented
+        if other.prices != self.prices:
+            raise ValueError("these bills use different price tables; add bills priced the same way")
+        return Bill(self.input_tokens + other.input_tokens, self.cache_read_tokens + other.cache_read_tokens,
+                    self.output_tokens + other.output_tokens, self.prices)
+
+    def __str__(self) -> str:
+        rows = [f"  {line.label:<10} {line.tokens:>8} tok x ${line.price:g}/M = ${line.dollars:.6f}"
+                for line in self.lines]
+        return "\n".join(rows + [f"  {'total':<10} {'':>8}                 ${self.total:.6f}"])
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened: ``kind`` (see ``Trace``), ``t`` seconds since the trace started,
+    ``duration`` seconds it took (0 for an instant), and its details in ``data``."""
+
+    kind: str
+    t: float
+    duration: float = 0.0
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class Trace:
+    """A recorder the client and ``run_agent`` fill as they work.
+
+    Event kinds, in the order a request makes them:
+        request      a request starts (``request``: its number in this trace)
+        context      tokens per part of the prompt: system, tools, history, new_message (+ dropped)
+        prefill      prompt tokens read and served from the cache; ``duration`` = time to first token
+        thinking     how many tokens the model spent thinking
+        answer       the reply: stop reason, text, output tokens; ``duration`` = the decode time
+        bill         the request's ``Bill``
+        tool_call    a tool run by the agent loop: name, input, ``duration`` = its run time, is_error
+        tool_result  the result sent back: its tokens and whether it is an error
+        final        the agent's final answer
+    """
+
+    def __init__(self):
+        self.events: list[Event] = []
+        self._start = time.perf_counter()
+
+    def now(self) -> float:
+        """Seconds since the trace started."""
+        return time.perf_counter() - self._start
+
+    def add(self, kind: str, *, t: float | None = None, duration: float = 0.0, **data: Any) -> Event:
+        """Record an event (``t`` defaults to now) and return it."""
+        event = Event(kind, self.now() if t is None else t, duration, data)
+        self.events.append(event)
+        return event
+
+    def of_kind(self, kind: str) -> list[Event]:
+        return [event for event in self.events if event.kind == kind]
+
+    def bill(self) -> Bill:
+        """The sum of every request's bill (an empty ``Bill`` if none was recorded)."""
+        bills = [event.data["bill"] for event in self.of_kind("bill")]
+        total = bills[0] if bills else Bill()
+        for bill in bills[1:]:
+            total = total + bill
+        return total
+
+    def summary(self) -> str:
+        """The events as readable lines in time order, then the total bill."""
+        ordered = sorted(self.events, key=lambda event: event.t)  # stable: same-time events keep their order
+        lines = [f"{event.t * 1000:9.1f} ms  {event.kind:<11} {_describe(event)}" for event in ordered]
+        return "\n".join(lines + ["bill:", str(self.bill())])
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self.events)} events)"
+
+
+def _describe(event: Event) -> str:
+    d = event.data
+    if event.kind == "context":
+        parts = ", ".join(f"{name} {d[name]}" for name in ("system", "tools", "history", "new_message"))
+        dropped = f"; dropped {d['dropped_messages']} old message(s)" if d.get("dropped_messages") else ""
+        return f"{d['total']} tokens = {parts}{dropped}"
+    if event.kind == "prefill":
+        return (f"{d['input_tokens']} tokens prefilled, {d['cache_read_tokens']} from the cache; "
+                f"first token after {event.duration * 1000:.1f} ms")
+    if event.kind == "thinking":
+        return f"{d['tokens']} thinking tokens"
+    if event.kind == "answer":
+        return f"{d['stop_reason']}, {d['output_tokens']} output tokens: {_short(d['text'])}"
+    if event.kind == "bill":
+        return f"${d['bill'].total:.6f}"
+    if event.kind == "tool_call":
+        error = " (error)" if d.get("is_error") else ""
+        return f"{d['name']}({_short(str(d['input']))}) ran {event.duration * 1000:.1f} ms{error}"
+    if event.kind == "tool_result":
+        tokens = "?" if d.get("tokens") is None else d["tokens"]
+        return f"{tokens} tokens{' (error)' if d.get('is_error') else ''}: {_short(d['content'])}"
+    if event.kind == "final":
+        return _short(d["text"])
+    return ", ".join(f"{key}={value}" for key, value in d.items())
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
