@@ -64,8 +64,8 @@ DATA_ITEMS: tuple[DataItem, ...] = (
     DataItem("models/base", "pretrained base model",
              "python -m llmkit.train --config data/models/base/train_config.json",
              contents=("config.json", "model.safetensors", "tokenizer.json")),
-    DataItem("models/chat", "fine-tuned chat model", "python -m llmkit.train (post-training, notebook 07)",
-             shipped=False, contents=("config.json", "model.safetensors", "tokenizer.json")),
+    DataItem("models/chat", "fine-tuned chat model", "see data/models/chat/README.md (python -m llmkit.finetune ...)",
+             contents=("config.json", "model.safetensors", "tokenizer.json")),
 )
 
 

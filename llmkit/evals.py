@@ -1,0 +1,241 @@
+"""Held-out evaluations of a chat model: does it call tools right, answer from their results,
+remember the history, and refuse to invent what it cannot know?
+
+Each held-out conversation (``llmkit.conversations``, cities, names, words and numbers the model
+never trained on) is replayed the way a harness would run it: render the prompt, generate the
+assistant's turn greedily, and when it stops with ``tool_use`` run the real tool
+(``llmkit.tools.run_tool_call``), append the result and generate again, until the model ends its
+turn. The transcript is then scored with four plain functions, one per question:
+
+- ``tool_call_valid``: the first call names the expected tool and its arguments parse and
+  validate against the tool's JSON schema (tool conversations: weather, letters, arithmetic);
+- ``answer_consistent``: the final answer carries the value the tool actually returned, every
+  number in it comes from the tool result or the question, and umbrella advice follows the
+  chance of rain (same conversations; no successful tool result means not consistent);
+- ``memory``: the final answer names the user, whose name is only in the re-sent history;
+- ``no_invention``: asked for weather or the time with no tool for it, the model ends its turn
+  with an answer that holds no digit (rambling until max_tokens is no answer).
+
+    python -m llmkit.evals --model data/models/chat --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from llmkit.chat_template import parse_assistant, render, stop_tokens
+from llmkit.conversations import UMBRELLA_FROM_PERCENT, Conversation, make_conversations
+from llmkit.generate import generate
+from llmkit.model import Transformer
+from llmkit.tools import EXAMPLE_TOOLS, ToolArgumentsError, tools_by_name, validate_arguments, run_tool_call
+
+TOOL_KINDS = ("weather", "letters", "arithmetic")
+EVAL_KINDS = (*TOOL_KINDS, "memory", "no_tool")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+@dataclass
+class Transcript:
+    """What the model did in one conversation: every assistant turn's blocks, the tool results it
+    got back, the text of its final answer, why each turn stopped, and the tokens it wrote."""
+
+    turns: list[list[dict]] = field(default_factory=list)
+    tool_results: list[dict] = field(default_factory=list)
+    stop_reasons: list[str] = field(default_factory=list)
+    output_tokens: int = 0
+
+    @property
+    def tool_calls(self) -> list[dict]:
+        return [b for turn in self.turns for b in turn if b["type"] == "tool_use"]
+
+    @property
+    def final_text(self) -> str:
+        """The text blocks of the last turn (what the user reads); '' if it ended in a tool call."""
+        if not self.turns:
+            return ""
+        return "".join(b["text"] for b in self.turns[-1] if b["type"] == "text")
+
+
+# ------------------------------------------------------------------------------------ the harness
+def run_conversation(model: Transformer, tokenizer, messages: list[dict], *, tools=None, system=None,
+                     max_tool_calls: int = 2, max_new_tokens: int = 96) -> Transcript:
+    """Play the assistant from ``messages`` (ending with a user question), greedily, running tools.
+
+    Only tools that were offered can run: a call to any other comes back as an error result, as
+    it would from a real harness. Stops after ``max_tool_calls`` calls or when the context is full.
+    """
+    stops = stop_tokens(tokenizer)
+    offered = tools_by_name(t for t in EXAMPLE_TOOLS if t.name in {d["name"] for d in tools or []})
+    messages, transcript = list(messages), Transcript()
+    context = model.config.context_length
+    for call_index in range(max_tool_calls + 1):
+        prompt = render(tokenizer, messages, tools=tools, system=system).ids
+        room = min(max_new_tokens, context - len(prompt))
+        if room <= 0:
+            transcript.stop_reasons.append("context_window")
+            break
+        generation = generate(model, prompt, max_new_tokens=room, stop_tokens=stops.end_turn,
+                              tool_stop_tokens=stops.tool_use)
+        transcript.output_tokens += len(generation.tokens)
+        transcript.stop_reasons.append(generation.stop_reason)
+        blocks = parse_assistant(tokenizer, generation.tokens, tool_use_id=f"toolu_{call_index}")
+        transcript.turns.append(blocks)
+        if generation.stop_reason != "tool_use" or not blocks or blocks[-1]["type"] != "tool_use":
+            break
+        call = blocks[-1]
+        if "error" in call:
+            result = {"type": "tool_result", "tool_use_id": call["id"], "content": call["error"], "is_error": True}
+        else:
+            result = run_tool_call(offered.values(), call["name"], call["input"], tool_use_id=call["id"])
+        transcript.tool_results.append(result)
+        messages += [{"role": "assistant", "content": blocks}, {"role": "user", "content": [result]}]
+    return transcript
+
+
+# ------------------------------------------------------------------------------------- the scores
+def tool_call_valid(call: dict | None, expected_tool: str) -> bool:
+    """The call names ``expected_tool`` and its arguments are a JSON object valid for its schema."""
+    if call is None or "error" in call or call.get("name") != expected_tool:
+        return False
+    tool = tools_by_name(EXAMPLE_TOOLS)[expected_tool]
+    try:
+        validate_arguments(tool, call["input"])
+    except ToolArgumentsError:
+        return False
+    return True
+
+
+def numbers_in(text: str) -> list[str]:
+    return NUMBER.findall(text)
+
+
+def answer_consistent(kind: str, question: str, answer: str, tool_result: dict | None) -> bool:
+    """Is ``answer`` what the tool result says?
+
+    The key value (weather: the chance of rain; letters: the count; arithmetic: the result) must
+    appear as a number in the answer, every number in the answer must come from the tool result or
+    the question, and for weather the umbrella advice (if any) must follow the chance of rain.
+    """
+    if tool_result is None or tool_result.get("is_error"):
+        return False
+    content = tool_result["content"]
+    said = numbers_in(answer)
+    allowed = set(numbers_in(content)) | set(numbers_in(question))
+    if kind == "weather":
+        try:
+            chance = json.loads(content)["chance_of_rain_percent"]
+        except (ValueError, KeyError, TypeError):
+            return False
+        key = str(chance)
+        lowered = answer.lower()
+        says_yes = "take an umbrella" in lowered and not lowered.startswith("no")
+        says_no = "no umbrella" in lowered or "don't need" in lowered
+        if (says_yes or says_no) and says_yes != (chance >= UMBRELLA_FROM_PERCENT):
+            return False
+    else:
+        key = content.strip()
+    return key in said and all(n in allowed for n in said)
+
+
+def names_user(answer: str, name: str) -> bool:
+    """The answer holds ``name`` as a whole word."""
+    return re.search(rf"\b{re.escape(name)}\b", answer) is not None
+
+
+def invents_number(answer: str) -> bool:
+    """Any digit in an answer that had no source for a number is an invented number."""
+    return any(ch.isdigit() for ch in answer)
+
+
+def score(conversation: Conversation, transcript: Transcript) -> dict[str, bool]:
+    """The scores that apply to one conversation's kind."""
+    kind, expected = conversation.kind, conversation.expected
+    if kind in TOOL_KINDS:
+        calls = transcript.tool_calls
+        good_results = [r for r in transcript.tool_results if not r["is_error"]]
+        question = conversation.prompt[-1]["content"]
+        return {"tool_call_valid": tool_call_valid(calls[0] if calls else None, expected.tool),
+                "tool_args_exact": bool(calls) and calls[0].get("input") == expected.tool_input,
+                "answer_consistent": answer_consistent(kind, question, transcript.final_text,
+                                                       good_results[-1] if good_results else None)}
+    if kind == "memory":
+        return {"memory": names_user(transcript.final_text, expected.facts["name"])}
+    if kind == "no_tool":
+        finished = bool(transcript.stop_reasons) and transcript.stop_reasons[-1] == "end_turn"
+        return {"no_invention": finished and bool(transcript.final_text.strip())
+                and not invents_number(transcript.final_text)}
+    return {}
+
+
+# ------------------------------------------------------------------------------------------- runs
+def evaluate(model: Transformer, tokenizer, *, limit: int = 24, seed: int = 0, kinds=EVAL_KINDS,
+             examples: list | None = None) -> dict:
+    """Score ``limit`` held-out conversations of each kind; returns fractions, counts and examples.
+
+    A fraction is over the conversations it applies to (``n_<score>`` says how many).
+    ``examples`` (a list) collects one dict per conversation: prompt, transcript, scores.
+    """
+    started = time.perf_counter()
+    model.eval()
+    totals: dict[str, list[bool]] = {}
+    output_tokens, n_conversations = 0, 0
+    with torch.no_grad():
+        for kind in kinds:
+            for conversation in make_conversations(limit, split="heldout", seed=seed, kinds=[kind]):
+                transcript = run_conversation(model, tokenizer, conversation.prompt, tools=conversation.tools,
+                                              system=conversation.system)
+                output_tokens += transcript.output_tokens
+                n_conversations += 1
+                scores = score(conversation, transcript)
+                for name, value in scores.items():
+                    totals.setdefault(name, []).append(value)
+                if examples is not None:
+                    examples.append({"kind": kind, "question": conversation.prompt[-1]["content"],
+                                     "turns": transcript.turns, "stop_reasons": transcript.stop_reasons,
+                                     "scores": scores})
+    result: dict = {name: round(sum(v) / len(v), 4) for name, v in totals.items()}
+    result.update({f"n_{name}": len(v) for name, v in totals.items()})
+    result.update(limit_per_kind=limit, seed=seed, conversations=n_conversations,
+                  mean_output_tokens=round(output_tokens / max(1, n_conversations), 1),
+                  seconds=round(time.perf_counter() - started, 1))
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m llmkit.evals",
+                                     description="Held-out evaluation of a chat model (greedy, real tools).")
+    parser.add_argument("--model", default="chat", help="'base', 'chat' or a model folder")
+    parser.add_argument("--limit", type=int, default=24, help="held-out conversations per kind (default 24)")
+    parser.add_argument("--seed", type=int, default=0, help="which held-out conversations (default 0)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (else a short table)")
+    parser.add_argument("--examples", help="also write every transcript to this JSON file")
+    args = parser.parse_args(argv)
+    if args.limit < 1:
+        parser.error("--limit must be at least 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from llmkit.weights import load_model  # floor 3; imported late so --help is instant
+
+    model, tokenizer = load_model(args.model, device=args.device)
+    examples: list | None = [] if args.examples else None
+    result = {"model": args.model, **evaluate(model, tokenizer, limit=args.limit, seed=args.seed, examples=examples)}
+    if args.examples:
+        with open(args.examples, "w", encoding="utf-8") as f:
+            json.dump(examples, f, indent=1, ensure_ascii=False)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:>22}  {value}", file=sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""llmkit.finetune: the SFT mask, padding, the DPO loss, and tiny runs of both stages."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from llmkit.conversations import make_conversations, make_preferences
+from llmkit.finetune import (FinetuneConfig, answer_logprobs, conversation_batch, dpo_loss, finetune, pad_batch,
+                             preference_batch)
+from llmkit.model import ModelConfig, Transformer
+from llmkit.paths import data_path
+from llmkit.tokenizer import Tokenizer
+from llmkit.train import lm_loss, read_log
+
+TOKENIZER = data_path("models", "base", "tokenizer.json")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.load(TOKENIZER)
+
+
+def tiny_model(vocab_size: int, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(ModelConfig.llama(vocab_size=vocab_size, context_length=256, d_model=32, n_layers=2,
+                                         n_heads=2))
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory, tokenizer) -> Path:
+    """A tiny randomly initialised 'base model' folder that load_model opens."""
+    folder = tmp_path_factory.mktemp("tiny_base")
+    tiny_model(tokenizer.vocab_size).save(folder)
+    (folder / "tokenizer.json").write_bytes(TOKENIZER.read_bytes())
+    return folder
+
+
+# ------------------------------------------------------------------------------------------ SFT
+def test_batch_mask_is_the_templates_assistant_mask_shifted(tokenizer):
+    conversations = make_conversations(4, seed=1, kinds=["memory", "direct"])
+    batch = conversation_batch(conversations, tokenizer, context_length=256)
+    for row, conversation in enumerate(conversations):
+        rendered = conversation.render(tokenizer)
+        n = len(rendered) - 1
+        assert batch.inputs[row, :n].tolist() == rendered.ids[:-1]
+        assert batch.targets[row, :n].tolist() == rendered.ids[1:]
+        assert batch.mask[row, :n].tolist() == rendered.mask[1:]
+        assert not batch.mask[row, n:].any()  # padding teaches nothing
+        trained_roles = {role for role, m in zip(rendered.roles[1:], rendered.mask[1:]) if m}
+        assert trained_roles == {"assistant"}
+    supervised = batch.targets[batch.mask].tolist()
+    assert tokenizer.special_tokens["<|end_turn|>"] in supervised
+    assert tokenizer.special_tokens["<|user|>"] not in supervised
+
+
+def test_sft_loss_ignores_targets_outside_the_mask(tokenizer):
+    batch = conversation_batch(make_conversations(2, seed=2, kinds=["weather", "memory"]), tokenizer, 256)
+    model = tiny_model(tokenizer.vocab_size).eval()
+    with torch.no_grad():
+        logits = model(batch.inputs)
+    loss = lm_loss(logits, batch.targets, batch.mask)
+    free = (~batch.mask).nonzero()[5]  # a user / tool-result / pad position
+    changed = batch.targets.clone()
+    changed[tuple(free)] = (changed[tuple(free)] + 1) % tokenizer.vocab_size
+    assert lm_loss(logits, changed, batch.mask).item() == loss.item()
+    trained = batch.mask.nonzero()[3]
+    changed[tuple(trained)] = (changed[tuple(trained)] + 1) % tokenizer.vocab_size
+    assert lm_loss(logits, changed, batch.mask).item() != loss.item()
+
+
+def test_all_masked_batch_gives_finite_loss_and_zero_gradient(tokenizer):
+    batch = conversation_batch(make_conversations(2, seed=3, kinds=["direct"]), tokenizer, 256)
+    model = tiny_model(tokenizer.vocab_size)
+    loss = lm_loss(model(batch.inputs), batch.targets, torch.zeros_like(batch.mask))
+    loss.backward()
+    assert torch.isfinite(loss) and loss.item() == 0.0
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+
+
+def test_too_long_conversation_is_an_error_not_a_cut():
+    with pytest.raises(ValueError, match="context"):
+        pad_batch([list(range(20))], [[True] * 20], pad_id=0, context_length=16)
+
+
+def test_config_rejects_unknown_keys_and_data():
+    with pytest.raises(ValueError, match="did you mean 'max_steps'"):
+        FinetuneConfig.from_dict({"max_step": 3})
+    with pytest.raises(ValueError, match="strawberry"):
+        FinetuneConfig.from_dict({"data": "poems"})
+
+
+# ------------------------------------------------------------------------------------------ DPO
+def test_dpo_loss_is_ln2_when_policy_equals_reference():
+    logps = torch.tensor([-12.0, -3.5, -40.0])
+    loss, accuracy = dpo_loss(logps, logps - 1, logps, logps - 1, beta=0.1)
+    assert loss.item() == pytest.approx(math.log(2))
+    assert accuracy.item() == 0.0  # a tie is not a win
+
+
+def test_dpo_loss_and_reward_accuracy_on_a_toy_case():
+    reference_chosen, reference_rejected = torch.tensor([-10.0, -10.0]), torch.tensor([-10.0, -10.0])
+    policy_chosen, policy_rejected = torch.tensor([-8.0, -11.0]), torch.tensor([-12.0, -9.0])
+    loss, accuracy = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta=0.5)
+    margins = torch.tensor([0.5 * (2 - -2), 0.5 * (-1 - 1)])  # +2 for the first pair, -1 for the second
+    assert loss.item() == pytest.approx(-torch.nn.functional.logsigmoid(margins).mean().item())
+    assert accuracy.item() == 0.5
+
+
+def test_answer_logprobs_sums_the_masked_positions():
+    torch.manual_seed(0)
+    logits, targets = torch.randn(2, 4, 7), torch.randint(0, 7, (2, 4))
+    mask = torch.tensor([[False, True, True, False], [True, False, False, False]])
+    logp = torch.log_softmax(logits, -1)
+    expected = [logp[0, 1, targets[0, 1]] + logp[0, 2, targets[0, 2]], logp[1, 0, targets[1, 0]]]
+    assert torch.allclose(answer_logprobs(logits, targets, mask), torch.stack(expected))
+
+
+def test_preference_batch_puts_chosen_then_rejected(tokenizer):
+    pairs = make_preferences(3, seed=4)
+    batch = preference_batch(pairs, tokenizer, 256)
+    assert batch.inputs.shape[0] == 6
+    for i, pair in enumerate(pairs):
+        ids = pair.render(tokenizer)
+        assert batch.targets[i][batch.mask[i]].tolist() == ids["chosen"]
+        assert batch.targets[i + 3][batch.mask[i + 3]].tolist() == ids["rejected"]
+
+
+# ------------------------------------------------------------------------------------------ runs
+@pytest.mark.slow
+def test_tiny_sft_then_dpo_runs(tiny_base, tmp_path):
+    common = dict(base_model=str(tiny_base), kinds=["direct", "memory"], batch_size=4, learning_rate=3e-3,
+                  warmup_steps=2, log_every=2, heldout_examples=8, device="cpu", threads=1)
+    sft = FinetuneConfig.from_dict({**common, "out_dir": str(tmp_path / "sft"), "max_steps": 12, "eval_every": 12,
+                                    "checkpoint_every": 12})
+    finetune("sft", sft, progress=False)
+    evals = [r["heldout_loss"] for r in read_log(tmp_path / "sft" / "train_log.jsonl") if r["kind"] == "eval"]
+    assert len(evals) == 2 and evals[-1] < evals[0] - 0.5  # from ~ln(2048) = 7.6 nats towards the template
+    assert (tmp_path / "sft" / "model" / "tokenizer.json").is_file()
+
+    dpo = FinetuneConfig.from_dict({**common, "kinds": ["memory"], "base_model": str(tmp_path / "sft" / "model"),
+                                    "out_dir": str(tmp_path / "dpo"), "max_steps": 4, "eval_every": 4,
+                                    "checkpoint_every": 4, "learning_rate": 1e-3, "beta": 0.5})
+    finetune("dpo", dpo, progress=False)
+    records = [r for r in read_log(tmp_path / "dpo" / "train_log.jsonl") if r["kind"] == "eval"]
+    assert records[0]["heldout_loss"] == pytest.approx(math.log(2), abs=1e-4)  # policy = reference at step 0
+    assert 0.0 <= records[-1]["heldout_reward_accuracy"] <= 1.0
+    assert math.isfinite(records[-1]["heldout_loss"])
+    assert json.loads((tmp_path / "dpo" / "dpo_config.json").read_text())["beta"] == 0.5
+
+
+def test_fresh_entities_are_invented_real_and_never_heldout():
+    from llmkit.conversations import CITIES, NAMES, words
+    from llmkit.finetune import example_source
+
+    heldout = set(CITIES["heldout"]) | set(NAMES["heldout"]) | set(words("heldout"))
+    plain = make_conversations(60, split="train", seed=9)
+    fresh = example_source("chat", None, fresh=1.0)(60, "train", 9)
+    assert [c.kind for c in fresh] == [c.kind for c in plain]
+    changed = 0
+    for before, after in zip(plain, fresh):
+        facts = after.expected.facts
+        if after.kind == "weather":  # rebuilt: the tool result is the real one for the new city
+            assert facts["city"] not in CITIES["train"] + CITIES["heldout"]
+            assert json.loads(after.messages[2]["content"][0]["content"])["city"] == facts["city"]
+        if after.kind == "letters":
+            assert facts["word"] not in heldout and facts["count"] == facts["word"].count(facts["letter"])
+        if after.kind == "memory":
+            assert before.expected.facts["name"] not in str(after.messages)
+        changed += after.messages != before.messages
+        assert not any(value in str(after.messages) for value in heldout if len(value) > 3)
+    assert changed >= 30
+    assert example_source("chat", None, fresh=1.0)(6, "heldout", 9) == make_conversations(6, split="heldout", seed=9)
+
+
+def test_fresh_conversation_that_does_not_fit_falls_back_to_the_original():
+    from llmkit.finetune import example_source
+
+    plain = make_conversations(12, split="train", seed=5)
+    assert example_source("chat", None, fresh=1.0, fits=lambda c: False)(12, "train", 5) == plain
