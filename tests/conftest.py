@@ -16,3 +16,28 @@ def free_port():
             return sock.getsockname()[1]
 
     return pick
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The shipped course tokenizer (a test module may define its own ``tokenizer`` instead)."""
+    from llmkit.paths import data_path
+    from llmkit.tokenizer import Tokenizer
+
+    return Tokenizer.load(data_path("models", "base", "tokenizer.json"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """Make a tiny random Llama-family model (seeded), for tests that need a model but not a good one."""
+    import torch
+
+    from llmkit.model import ModelConfig, Transformer
+
+    def make(vocab_size: int, context_length: int = 64):
+        torch.manual_seed(0)
+        config = ModelConfig.llama(vocab_size=vocab_size, context_length=context_length, d_model=32,
+                                   n_layers=2, n_heads=4)
+        return Transformer(config).eval()
+
+    return make

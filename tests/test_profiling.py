@@ -4,29 +4,19 @@ only properties of timings are checked (they vary), while token counts are check
 from __future__ import annotations
 
 import pytest
-import torch
 
 from llmkit.generate import PrefixCache
-from llmkit.model import ModelConfig, Transformer, estimate_cost
-from llmkit.paths import data_path
+from llmkit.model import estimate_cost
 from llmkit.profiling import context_costs, prefill_vs_decode, replay_conversation, token_times
 from llmkit.sampling import SamplingParams
-from llmkit.tokenizer import Tokenizer
 
 MESSAGES = ["ROMEO.\nGood morrow, fair Juliet.\n\nJULIET.\n", "ROMEO.\nWhy dost thou weep?\n\nJULIET.\n",
             "ROMEO.\nFarewell, sweet love.\n\nJULIET.\n"]
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.load(data_path("models", "base", "tokenizer.json"))
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    torch.manual_seed(0)
-    config = ModelConfig.llama(vocab_size=tokenizer.vocab_size, context_length=128, d_model=32, n_layers=2, n_heads=4)
-    return Transformer(config).eval()
+def model(tokenizer, tiny_llama):
+    return tiny_llama(tokenizer.vocab_size, context_length=128)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])

@@ -14,25 +14,15 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from llmkit.generate import generate, next_token_logits  # noqa: E402
-from llmkit.model import ModelConfig, Transformer  # noqa: E402
-from llmkit.paths import data_path  # noqa: E402
 from llmkit.profiling import ContextCost, Turn  # noqa: E402
 from llmkit.sampling import SamplingParams, stage_probabilities  # noqa: E402
-from llmkit.tokenizer import Tokenizer  # noqa: E402
 from llmkit.viz import generation as vg  # noqa: E402
 from llmkit.viz import sampling as vs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.load(data_path("models", "base", "tokenizer.json"))
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    torch.manual_seed(0)
-    config = ModelConfig.llama(vocab_size=tokenizer.vocab_size, context_length=64, d_model=32, n_layers=2, n_heads=4)
-    return Transformer(config).eval()
+def model(tokenizer, tiny_llama):
+    return tiny_llama(tokenizer.vocab_size, context_length=64)
 
 
 @pytest.fixture(scope="module")

@@ -13,23 +13,13 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from llmkit import embeddings as E  # noqa: E402
-from llmkit.model import ModelConfig, Transformer  # noqa: E402
-from llmkit.paths import data_path  # noqa: E402
-from llmkit.tokenizer import Tokenizer  # noqa: E402
 from llmkit.viz import attention as va  # noqa: E402
 from llmkit.viz import embeddings as ve  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.load(data_path("models", "base", "tokenizer.json"))
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    torch.manual_seed(0)
-    config = ModelConfig.llama(vocab_size=tokenizer.vocab_size, context_length=64, d_model=32, n_layers=2, n_heads=4)
-    return Transformer(config).eval()
+def model(tokenizer, tiny_llama):
+    return tiny_llama(tokenizer.vocab_size, context_length=64)
 
 
 @pytest.fixture(autouse=True)
