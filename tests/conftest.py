@@ -41,3 +41,15 @@ def tiny_llama():
         return Transformer(config).eval()
 
     return make
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, and then don't fight other processes for the cores.
+    Use it in a module with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

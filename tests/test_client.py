@@ -13,6 +13,7 @@ from llmkit.paths import DATA_DIR, data_path
 from llmkit.tokenizer import Tokenizer
 from llmkit.tools import EXAMPLE_TOOLS, get_weather
 from llmkit.trace import Prices
+from scripted_model import ScriptedModel
 
 BLOCK_TYPES = {"thinking", "text", "tool_use"}
 STOP_REASONS = {"end_turn", "max_tokens", "stop_sequence", "tool_use", "context_window"}
@@ -261,22 +262,6 @@ def test_the_chat_model_calls_the_weather_tool_and_answers():
                for b in m["content"] if b["type"] == "tool_result"]
     assert results and not results[0]["is_error"] and calls[0]["input"]["city"] in results[0]["content"]
     assert result.final.stop_reason == "end_turn" and result.final.text.strip()
-
-
-class ScriptedModel(Transformer):
-    """A real transformer pushed onto a fixed script of new tokens, so a test knows exactly what the
-    model "writes" (thinking, a tool call) while the real client, template and loop run."""
-
-    def __init__(self, config: ModelConfig, script: list[int]):
-        super().__init__(config)
-        self.script, self.prompt_length = script, 0
-
-    def forward(self, ids, cache=None, start_pos=None, *, last_only=False):
-        logits = super().forward(ids, cache, start_pos, last_only=last_only)
-        step = (cache.length if cache is not None else ids.size(1)) - self.prompt_length
-        if 0 <= step < len(self.script):
-            logits[:, -1, self.script[step]] += 1e4
-        return logits
 
 
 def test_thinking_and_a_tool_call_come_back_as_blocks_and_count_as_output(tokenizer):

@@ -15,6 +15,7 @@ from llmkit.model import ModelConfig, Transformer
 from llmkit.paths import DATA_DIR
 from llmkit.sampling import SamplingParams
 from llmkit.tokenizer import Tokenizer
+from scripted_model import ScriptedModel
 
 SPECIALS = ["<|endoftext|>", "<|end_turn|>", "<|end_tool_call|>"]
 VOCAB = 300
@@ -42,22 +43,6 @@ def random_model(family: str, seed: int = 0, *, vocab_size: int = VOCAB, context
     return model
 
 
-class ScriptedModel(Transformer):
-    """A real transformer whose next-token scores are pushed onto a fixed script of tokens, so a
-    test knows exactly what will be generated (and still runs the real cache and loop)."""
-
-    def __init__(self, config: ModelConfig, script: list[int], prompt_length: int):
-        super().__init__(config)
-        self.script, self.prompt_length = script, prompt_length
-
-    def forward(self, ids, cache=None, start_pos=None, *, last_only=False):
-        logits = super().forward(ids, cache, start_pos, last_only=last_only)
-        step = (cache.length if cache is not None else ids.size(1)) - self.prompt_length
-        if 0 <= step < len(self.script):
-            logits[:, -1, self.script[step]] += 1e4
-        return logits
-
-
 def scripted(tokenizer, text: str, prompt_length: int = 4) -> tuple[ScriptedModel, list[int], list[int]]:
     script = tokenizer.encode(text)
     config = ModelConfig.gpt2(vocab_size=VOCAB, context_length=128, d_model=32, n_layers=1, n_heads=2)
@@ -68,13 +53,7 @@ def scripted(tokenizer, text: str, prompt_length: int = 4) -> tuple[ScriptedMode
 PROMPT = list(range(40, 60))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread, and then do not fight other processes for the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # --- the KV cache and parity with Hugging Face ---------------------------------------------------

@@ -27,13 +27,7 @@ TARGET = torch.tensor([0.30, 0.20, 0.15, 0.12, 0.10, 0.07, 0.04, 0.02], dtype=to
 LOGITS = TARGET.log().float()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors are fastest on one thread, which also keeps clear of other processes."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def draw_counts(params: SamplingParams, n: int = 10_000, seed: int = 1234) -> np.ndarray:
