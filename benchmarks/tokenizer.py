@@ -1,6 +1,7 @@
 """llmkit's tokenizer next to its peers, measured in one run on this machine.
 
-    python benchmarks/tokenizer.py            # about a minute on 2 CPU cores
+    python benchmarks/tokenizer.py                      # every section: a few minutes on 2 CPU cores
+    python benchmarks/tokenizer.py --only reference encode  # just the two issue-3 speed figures
 
 Prints, side by side and as ratios (lower time ratio = llmkit faster):
   * training time for vocab 4096 on a 1 MB slice and on the whole course corpus: llmkit's fast
@@ -9,10 +10,11 @@ Prints, side by side and as ratios (lower time ratio = llmkit faster):
   * bytes per token on held-out text vs ``tokenizers`` trained with the same split and vocab;
   * encoding throughput of llmkit's pure-Python encoder vs tiktoken (one thread, warm chunk cache);
   * exactness: cl100k_base through llmkit vs tiktoken, and our ranks through tiktoken vs llmkit.
-Timings are the best of a few repeats; on a shared machine they still move by 10-30 %.
+Timings are CPU seconds, the best of a few repeats; on a shared machine they still move by 10-30 %.
 """
 from __future__ import annotations
 
+import argparse
 import os
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # peers single-threaded, like us (read at first use)
@@ -32,12 +34,16 @@ SLICE = 1_000_000
 
 
 def best_time(run, repeats: int = 3):
-    """(fastest wall time in seconds, result of the last run)."""
+    """(fewest CPU seconds of this process over ``repeats`` runs, result of the last run).
+
+    CPU time, not wall time: every contender runs on one thread, so on a quiet machine the two
+    are the same, and on a shared one the time spent waiting for a core is left out.
+    """
     best, result = float("inf"), None
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         result = run()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best, result
 
 
@@ -72,13 +78,28 @@ def report(label: str, ours: float, peers: dict[str, float]) -> None:
         print(f"    RATIO {label}: llmkit / {name} = {ours / t:.2f}x")
 
 
-def main() -> None:
-    corpus = data_path("corpus", "train.txt").read_text(encoding="utf-8")
-    heldout = data_path("corpus", "heldout.txt").read_text(encoding="utf-8").replace("<|endoftext|>", "")
-    documents = corpus.split("<|endoftext|>")
-    one_mb = [corpus[:SLICE]]
-    print(f"corpus {len(corpus.encode()):,} bytes in {len(documents)} documents; held-out {len(heldout.encode()):,} bytes")
+SECTIONS = {
+    "train": "1. training vs HF tokenizers and rustbpe (the slowest part: trains on the full corpus)",
+    "reference": "2. fast vs reference trainer at vocab 512",
+    "compression": "3. bytes per token vs HF tokenizers (needs the tokenizers trained in 'train')",
+    "encode": "4. encoding throughput vs tiktoken",
+    "cl100k": "5. cl100k_base exactness",
+}
 
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--only", nargs="+", choices=sorted(SECTIONS), default=list(SECTIONS), metavar="SECTION",
+        help="run only these sections: " + "; ".join(f"{name}: {what}" for name, what in SECTIONS.items()),
+    )
+    args = parser.parse_args(argv)
+    if "compression" in args.only and "train" not in args.only:
+        parser.error("'compression' compares the tokenizers that 'train' makes: add 'train' to --only")
+    return args
+
+
+def bench_training(documents: list[str], one_mb: list[str]) -> dict:
     print("\n1. Training, vocab 4096, GPT-4 split, one thread")
     trained = {}
     for label, docs in (("1 MB slice", one_mb), ("full corpus", documents)):
@@ -86,19 +107,25 @@ def main() -> None:
         hf, trained["hf", label] = best_time(lambda: train_hf(docs, 4096))
         rust, _ = best_time(lambda: train_rustbpe(docs, 4096))
         report(f"train 4096 on {label}", ours, {"HF tokenizers": hf, "rustbpe": rust})
+    return trained
 
-    print("\n2. Fast vs reference trainer, vocab 512 on 1 MB")
+
+def bench_reference(one_mb: list[str]) -> None:
+    print("\n2. Fast vs reference trainer, vocab 512 on 1 MB (the reference recounts every pair after each merge)")
     fast, _ = best_time(lambda: Tokenizer.train(one_mb, 512))
-    reference, _ = best_time(lambda: Tokenizer.train(one_mb, 512, trainer="reference"), repeats=1)
     chunk_counts = bpe.count_chunks(one_mb, bpe.GPT4_PATTERN)
     fast_loop, fast_merges = best_time(lambda: bpe.train_fast(chunk_counts, 256))
-    reference_loop, reference_merges = best_time(lambda: bpe.train_reference(chunk_counts, 256), repeats=1)
+    split, chunks = best_time(lambda: bpe.split_chunks(one_mb, bpe.GPT4_PATTERN))
+    reference_loop, reference_merges = best_time(lambda: bpe.train_reference(chunks, 256), repeats=1)  # a minute
     assert fast_merges == reference_merges
+    reference = split + reference_loop
     print(f"  end to end (split + count + merges): fast {fast:.3f} s, reference {reference:.2f} s")
     print(f"    RATIO reference / fast, end to end = {reference / fast:.0f}x")
-    print(f"  merge loop only (same counted chunks): fast {fast_loop:.3f} s, reference {reference_loop:.2f} s")
+    print(f"  merge loop only: fast {fast_loop:.3f} s, reference {reference_loop:.2f} s")
     print(f"    RATIO reference / fast, merge loop = {reference_loop / fast_loop:.0f}x")
 
+
+def bench_compression(trained: dict, heldout: str) -> None:
     print("\n3. Compression: bytes per token on held-out text (same split, same vocab)")
     heldout_bytes = len(heldout.encode("utf-8"))
     for label in ("1 MB slice", "full corpus"):
@@ -107,20 +134,31 @@ def main() -> None:
         print(f"  vocab 4096 trained on {label}: llmkit {ours:.4f}, HF tokenizers {hf:.4f}")
         print(f"    RATIO bytes/token llmkit / HF ({label}) = {ours / hf:.4f} (difference {100 * (ours / hf - 1):+.2f}%)")
 
+
+def bench_encoding(corpus: str, hf_tokenizer=None) -> None:
     print("\n4. Encoding the course corpus (shipped tokenizer, vocab 2048, one thread)")
     shipped = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
     engine = shipped.to_tiktoken()
     megabytes = len(corpus.encode("utf-8")) / 1e6
     shipped.encode_ordinary(corpus)  # warm the chunk cache
-    ours, our_ids = best_time(lambda: shipped.encode_ordinary(corpus))
-    tik, tik_ids = best_time(lambda: engine.encode_ordinary(corpus))
-    hf_tokenizer = trained["hf", "full corpus"]
-    hf, _ = best_time(lambda: hf_tokenizer.encode(corpus), repeats=1)
-    print(f"  llmkit (pure Python, warm cache) {megabytes / ours:.1f} MB/s | tiktoken {megabytes / tik:.1f} MB/s | "
-          f"HF tokenizers (vocab 4096) {megabytes / hf:.1f} MB/s")
+    ours, our_ids = best_time(lambda: shipped.encode_ordinary(corpus), repeats=5)
+    tik, tik_ids = best_time(lambda: engine.encode_ordinary(corpus), repeats=5)
+    line = f"  llmkit (pure Python, warm cache) {megabytes / ours:.1f} MB/s | tiktoken {megabytes / tik:.1f} MB/s"
+    if hf_tokenizer is not None:
+        hf, _ = best_time(lambda: hf_tokenizer.encode(corpus), repeats=1)
+        line += f" | HF tokenizers (vocab 4096) {megabytes / hf:.1f} MB/s"
+    print(line)
     print(f"    RATIO encode throughput llmkit / tiktoken = {tik / ours:.2f}x")
     print(f"  our ranks through tiktoken's engine give llmkit's ids: {our_ids == tik_ids}")
+    # The same text through encode(), which also finds the <|endoftext|> markers between documents.
+    ours_special, our_ids = best_time(lambda: shipped.encode(corpus, allowed_special="all"))
+    tik_special, tik_ids = best_time(lambda: engine.encode(corpus, allowed_special="all"))
+    print(f"  encode(allowed_special='all'): llmkit {megabytes / ours_special:.1f} MB/s | "
+          f"tiktoken {megabytes / tik_special:.1f} MB/s, same ids: {our_ids == tik_ids}")
+    print(f"    RATIO encode with special tokens llmkit / tiktoken = {tik_special / ours_special:.2f}x")
 
+
+def bench_cl100k(heldout: str) -> None:
     print("\n5. cl100k_base: llmkit's Python encoder vs tiktoken")
     cl100k, ours_cl100k = get_cl100k(), Tokenizer.from_tiktoken("cl100k_base")
     texts = [
@@ -133,6 +171,25 @@ def main() -> None:
     same += ours_cl100k.encode(special, allowed_special="all") == cl100k.encode(special, allowed_special="all")
     print(f"  identical ids on {same} of {len(texts) + 1} texts (English, Hindi, Hinglish, Chinese, code, emoji, "
           f"whitespace, digits, Shakespeare, an allowed special token)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    only = parse_args(argv).only
+    corpus = data_path("corpus", "train.txt").read_text(encoding="utf-8")
+    heldout = data_path("corpus", "heldout.txt").read_text(encoding="utf-8").replace("<|endoftext|>", "")
+    documents = corpus.split("<|endoftext|>")
+    one_mb = [corpus[:SLICE]]
+    print(f"corpus {len(corpus.encode()):,} bytes in {len(documents)} documents; held-out {len(heldout.encode()):,} bytes")
+
+    trained = bench_training(documents, one_mb) if "train" in only else {}
+    if "reference" in only:
+        bench_reference(one_mb)
+    if "compression" in only:
+        bench_compression(trained, heldout)
+    if "encode" in only:
+        bench_encoding(corpus, trained.get(("hf", "full corpus")))
+    if "cl100k" in only:
+        bench_cl100k(heldout)
 
 
 if __name__ == "__main__":

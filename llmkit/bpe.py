@@ -7,8 +7,13 @@ vocabulary has ``256 + n`` tokens, and frequent words have become single tokens.
 
 Before counting, the text is cut into chunks by a regular expression (words, numbers,
 punctuation runs, whitespace), so merges never cross a chunk boundary: " dog" and "." never
-fuse into one token. The same word appears thousands of times, so both trainers count each
-distinct chunk once and remember how often it occurs.
+fuse into one token.
+
+Two trainers learn the same merges. :func:`train_reference` is the definition written out: it
+keeps every chunk of the text (:func:`split_chunks`) and recounts every pair after each merge,
+which is easy to check and slow. :func:`train_fast` is what ``Tokenizer.train`` uses: the same
+word appears thousands of times, so it works on each distinct chunk once with its number of
+occurrences (:func:`count_chunks`) and updates the counts a merge changes instead of recounting.
 
 Both trainers pick the same pair at every step: the highest count wins, and a tie goes to the
 smallest pair of token ids, compared as ``(left, right)``. This rule does not depend on the order
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import regex
 
@@ -49,8 +54,22 @@ def resolve_pattern(pattern: str | None) -> str | None:
     return pattern
 
 
+def split_chunks(documents: Iterable[str], pattern: str | None) -> list[str]:
+    """Cut every document into chunks with ``pattern``: every occurrence, in text order.
+
+    ``pattern=None`` keeps each non-empty document whole, as one chunk.
+    """
+    if pattern is None:
+        return [doc for doc in documents if doc]
+    findall = regex.compile(pattern).findall
+    return [chunk for doc in documents for chunk in findall(doc)]
+
+
 def count_chunks(documents: Iterable[str], pattern: str | None) -> Counter[str]:
-    """Cut every document into chunks with ``pattern`` and count how often each distinct chunk occurs."""
+    """Cut every document into chunks with ``pattern`` and count how often each distinct chunk occurs.
+
+    The same counts as ``Counter(split_chunks(documents, pattern))``, without holding every chunk.
+    """
     counts: Counter[str] = Counter()
     if pattern is None:
         counts.update(doc for doc in documents if doc)
@@ -87,19 +106,24 @@ def best_pair(pair_counts: dict[Pair, int]) -> Pair:
     return min(pair_counts, key=lambda pair: (-pair_counts[pair], pair))
 
 
-def train_reference(chunk_counts: Counter[str], n_merges: int) -> list[Pair]:
-    """Readable BPE: recount every pair from scratch, merge the best one everywhere, repeat.
+def train_reference(chunks: Iterable[str], n_merges: int) -> list[Pair]:
+    """Readable BPE: count every pair in every chunk, merge the most frequent one everywhere, repeat.
 
-    Returns the merges in order; merge ``i`` creates token id ``256 + i``. Stops early if no
-    pair is left (every chunk is already a single token).
+    ``chunks`` is the text cut into chunks, every occurrence (see :func:`split_chunks`). Returns
+    the merges in order; merge ``i`` creates token id ``256 + i``. Stops early if no pair is left
+    (every chunk is already a single token).
     """
-    words, weights = chunks_as_bytes(chunk_counts)
+    if isinstance(chunks, (str, Mapping)):
+        raise TypeError(
+            "train_reference takes the list of chunks, every occurrence: bpe.split_chunks(documents, pattern). "
+            "Chunk counts (bpe.count_chunks) are what train_fast takes."
+        )
+    words = [list(chunk.encode("utf-8")) for chunk in chunks]
     merges: list[Pair] = []
     for step in range(n_merges):
         pair_counts: Counter[Pair] = Counter()
-        for ids, weight in zip(words, weights):
-            for pair in zip(ids, ids[1:]):
-                pair_counts[pair] += weight
+        for ids in words:
+            pair_counts.update(zip(ids, ids[1:]))
         if not pair_counts:
             break
         pair = best_pair(pair_counts)
@@ -110,9 +134,11 @@ def train_reference(chunk_counts: Counter[str], n_merges: int) -> list[Pair]:
 
 
 def train_fast(chunk_counts: Counter[str], n_merges: int, *, progress: bool = False) -> list[Pair]:
-    """The same merges as :func:`train_reference`, without recounting everything at each step.
+    """The same merges as :func:`train_reference`, from chunk counts, without recounting at each step.
 
-    Three ideas make it fast, all in plain Python:
+    ``chunk_counts`` holds each distinct chunk once with its number of occurrences (see
+    :func:`count_chunks`), so a word that appears a thousand times is merged once, with weight
+    1000. Three more ideas make it fast, all in plain Python:
 
     * pair counts are kept up to date: a merge only changes the chunks that contain the pair,
       so we subtract those chunks' old pairs and add their new ones;

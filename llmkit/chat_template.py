@@ -27,6 +27,11 @@ The rules, in order:
   ``<|end_tool_result|>`` (an error result's content starts with ``Error: ``). After the result
   the assistant continues in a *new* message with its own ``<|assistant|>`` header, exactly as
   the Messages API stores it (the result travels in a user message, the reply is a new message).
+- A *server tool* (``llmkit.tools.Tool.server``, e.g. ``web_search``) is run by the client inside
+  the request, so its call and result stay in the assistant's message, as ``server_tool_use`` and
+  ``server_tool_result`` blocks. They render as exactly the tokens of a tool call, its result and
+  a new ``<|assistant|>`` header: the model (and the prefix cache, and training) sees one format
+  whoever runs the tool. The result and the header are given, not trained on.
 - Tool-use ids are not rendered: results follow their calls in order, and the model never has to
   copy an id. ``parse_assistant`` hands out fresh ids.
 - Only the template writes control tokens. Every piece of text (user, system, tool definitions,
@@ -57,7 +62,8 @@ MARKERS = {
     "end_turn": "<|end_turn|>",
 }
 ROLES = ("user", "assistant")
-BLOCK_TYPES = {"user": ("text", "tool_result"), "assistant": ("text", "thinking", "tool_use")}
+BLOCK_TYPES = {"user": ("text", "tool_result"),
+               "assistant": ("text", "thinking", "tool_use", "server_tool_use", "server_tool_result")}
 ERROR_PREFIX = "Error: "
 
 
@@ -77,6 +83,24 @@ class Rendered:
     def masked_ids(self) -> list[int]:
         """The ids the loss is computed on, in order."""
         return [token for token, trained in zip(self.ids, self.mask) if trained]
+
+    def assistant_spans(self) -> list[tuple[int, int]]:
+        """``(start, end)`` of each run of trained ids, so ``ids[start:end]`` is one stretch the
+        assistant wrote (a thinking block plus tool call, or an answer with its ``<|end_turn|>``).
+
+        Each run begins after an ``<|assistant|>`` header, which the model is given, not trained on;
+        decoding the runs one by one is how to check what fine-tuning will teach.
+        """
+        spans, start = [], None
+        for position, trained in enumerate(self.mask):
+            if trained and start is None:
+                start = position
+            elif not trained and start is not None:
+                spans.append((start, position))
+                start = None
+        if start is not None:
+            spans.append((start, len(self.mask)))
+        return spans
 
 
 class StopTokens(NamedTuple):
@@ -272,7 +296,39 @@ def _check_message(message: Any, index: int) -> tuple[str, list[dict]]:
         if role == "assistant" and j < len(content) - 1 and block["type"] == "tool_use":
             raise ValueError(f"{block_where} is a tool_use but is not the last block; generation stops at "
                              f"<|end_tool_call|>, so a tool call ends its assistant message (one call per turn)")
+        if role == "assistant":
+            _check_server_pair(content, j, block_where)
     return role, content
+
+
+def server_result_ids(tokenizer, result: dict) -> list[int]:
+    """The ids a client appends after the model's server tool call before it lets the model go on:
+    the ``server_tool_result`` block's content between the result markers, then a fresh
+    ``<|assistant|>`` header. The same ids ``render`` writes for that block in the history."""
+    row = _Row(tokenizer)
+    _render_result(row, result, "result")
+    row.marker("assistant", "assistant", False)
+    return row.ids
+
+
+def _check_server_pair(content: list[dict], j: int, where: str) -> None:
+    """A server_tool_use is followed at once by its server_tool_result (the client ran it in between),
+    and a server_tool_result follows the server_tool_use whose id it answers."""
+    block = content[j]
+    if block["type"] == "server_tool_use":
+        after = content[j + 1] if j + 1 < len(content) else None
+        if after is None or after.get("type") != "server_tool_result":
+            raise ValueError(f"{where} is a server_tool_use without a server_tool_result right after it; the "
+                             f"client runs a server tool inside the request, so its result follows in the same message")
+        _field(block, "id", str, where)
+    elif block["type"] == "server_tool_result":
+        before = content[j - 1] if j > 0 else None
+        if before is None or before.get("type") != "server_tool_use":
+            raise ValueError(f"{where} is a server_tool_result that does not follow a server_tool_use; "
+                             f"keep the call and its result next to each other, in order")
+        if _field(block, "tool_use_id", str, where) != before.get("id"):
+            raise ValueError(f"{where}['tool_use_id'] is {block['tool_use_id']!r} but the server_tool_use before it "
+                             f"has id {before.get('id')!r}; a result answers the call right before it")
 
 
 def _field(block: dict, key: str, kind: type, where: str):
@@ -296,14 +352,19 @@ def _render_user(row: _Row, blocks: list[dict], index: int, tool_use_ids: set[st
         if tool_use_id not in tool_use_ids:
             raise ValueError(f"{where}['tool_use_id'] is {tool_use_id!r}, which matches no earlier tool_use block; "
                              f"a tool_result answers the id of a tool_use the assistant wrote before it")
-        is_error = block.get("is_error", False)
-        if not isinstance(is_error, bool):
-            raise TypeError(f"{where}['is_error'] must be True or False, got {is_error!r}")
-        row.marker("tool_result", "tool_result", False)
-        content = _result_text(block.get("content", ""), where)
-        row.text((ERROR_PREFIX if is_error else "") + content, "tool_result", False)
-        row.marker("end_tool_result", "tool_result", False)
+        _render_result(row, block, where)
         in_text = False
+
+
+def _render_result(row: _Row, block: dict, where: str) -> None:
+    """``<|tool_result|>content<|end_tool_result|>`` for a tool_result or server_tool_result block."""
+    is_error = block.get("is_error", False)
+    if not isinstance(is_error, bool):
+        raise TypeError(f"{where}['is_error'] must be True or False, got {is_error!r}")
+    row.marker("tool_result", "tool_result", False)
+    content = _result_text(block.get("content", ""), where)
+    row.text((ERROR_PREFIX if is_error else "") + content, "tool_result", False)
+    row.marker("end_tool_result", "tool_result", False)
 
 
 def _result_text(content: Any, where: str) -> str:
@@ -325,6 +386,13 @@ def _render_assistant(row: _Row, blocks: list[dict], index: int, tool_use_ids: s
             row.marker("thinking", "assistant", True)
             row.text(_field(block, "thinking", str, where), "assistant", True)
             row.marker("end_thinking", "assistant", True)
+        elif block["type"] == "server_tool_use":  # written by the model, like any tool call
+            row.marker("tool_call", "assistant", True)
+            row.text(_tool_call_text(block, where), "assistant", True)
+            row.marker("end_tool_call", "assistant", True)
+        elif block["type"] == "server_tool_result":  # given: the result, then a fresh header to go on from
+            _render_result(row, block, where)
+            row.marker("assistant", "assistant", False)
         else:
             tool_use_ids.add(_field(block, "id", str, where))
             row.marker("tool_call", "assistant", True)

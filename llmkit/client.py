@@ -18,12 +18,12 @@ Each call is stateless: the whole conversation is rendered into one row of token
   with ``context_policy="drop_oldest"``, the oldest whole turns are dropped (never the system
   prompt or tools, never a tool result without its call) and ``Message.dropped`` lists them.
 - **Thinking.** By default (``thinking=None`` or ``{"type": "enabled"}``) the model may write a
-  thinking block first, as it was trained to. ``{"type": "disabled"}`` gives ``<|thinking|>``
-  and ``<|end_thinking|>`` a score of minus infinity at every step, so no thinking block can
-  open. (Prefilling an empty ``<|thinking|><|end_thinking|>``, as some open models do, only works
-  for a model trained that way; the course model was not, and goes on thinking after it. Banned
-  from thinking, it may still write its reasoning as plain text.) Thinking tokens are output
-  tokens and billed so.
+  thinking block first, as it was trained to. ``{"type": "disabled"}`` passes ``<|thinking|>``
+  and ``<|end_thinking|>`` to ``generate`` as ``suppress_tokens`` (a score of minus infinity at
+  every step), so no thinking block can open. (Prefilling an empty
+  ``<|thinking|><|end_thinking|>``, as some open models do, only works for a model trained that
+  way; the course model was not, and goes on thinking after it. Banned from thinking, it may
+  still write its reasoning as plain text.) Thinking tokens are output tokens and billed so.
 - **Stored conversations.** ``create(..., previous_id=reply.id)`` continues a conversation the
   client kept (what was sent, after any dropping, plus the reply), so the caller sends only the
   new message; system and tools are inherited unless given. The model still re-reads every
@@ -31,23 +31,44 @@ Each call is stateless: the whole conversation is rendered into one row of token
 - **Prompt caching.** With ``cache=True`` the engine's ``PrefixCache`` is shared across calls,
   so a prompt that starts like an earlier one (same system prompt and tools, same history)
   reuses its keys and values: ``usage.cache_read_input_tokens``. The reply is the same either way.
+- **Valid tool calls.** With tools offered, ``constrain_tools=True`` (the default) decodes under
+  ``llmkit.constrained.ToolCallConstraint``: inside a tool call only tokens that keep it valid JSON
+  for an offered tool's schema can be drawn, so every finished call parses and validates (one cut
+  off by ``max_tokens`` is still cut off). ``constrain_tools=False`` shows what the model writes
+  on its own.
+- **Server tools.** A ``Tool`` marked ``server`` (``@tool(server=True)``, e.g. ``web_search``) is
+  run by the client itself when the model calls it, inside the same request: the call and its
+  result go into the context as the chat template writes them, and the model generates again
+  (at most ``MAX_SERVER_CALLS`` runs; later calls get an error result). The reply holds
+  ``server_tool_use`` and ``server_tool_result`` blocks among the text, ``stop_reason`` is what
+  ended the last generation (never "tool_use" for a server call), and ``usage`` counts every
+  round: the context is read again after each result. A client tool's call still ends the turn
+  with "tool_use", for your code to run.
 - **Prefill.** A trailing assistant message is continued; the reply holds only the new blocks.
 - **Sampling** defaults to temperature 1.0, as hosted APIs do; pass ``temperature=0`` for greedy.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
+import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from llmkit.chat_template import Rendered, parse_assistant, render, stop_tokens
+from llmkit.chat_template import Rendered, parse_assistant, render, server_result_ids, stop_tokens
+from llmkit.constrained import ToolCallConstraint
 from llmkit.generate import PrefixCache, stream as generate_stream
 from llmkit.sampling import SamplingParams
+from llmkit.tools import Tool, run_tool_call
 from llmkit.trace import Bill, Prices, Trace
 
 DEFAULT_PREFIX_CACHE_BYTES = 64 * 2**20
 CONTEXT_POLICIES = ("error", "drop_oldest")
+MAX_SERVER_CALLS = 3  # server tool runs per request; later calls get an error result instead
+SERVER_LIMIT_ERROR = (f"refused: at most {MAX_SERVER_CALLS} server tool calls per request; "
+                      f"answer with the results you have")
 
 
 class ContextWindowError(ValueError):
@@ -69,6 +90,7 @@ class MessageUsage:
     cache_read_input_tokens: int = 0
     thinking_tokens: int = 0
     time_to_first_token: float | None = None
+    server_tool_calls: int = 0  # server tool calls the client ran inside this request
 
 
 @dataclass
@@ -102,7 +124,9 @@ class Message:
 @dataclass(frozen=True)
 class ContentDelta:
     """A piece of the reply while streaming: new ``text`` for block ``index`` of ``type``
-    ("text", "thinking", or "tool_use", whose text is the raw JSON of the call)."""
+    ("text", "thinking", "tool_use" or "server_tool_use", whose text is the raw JSON of the call,
+    or "server_tool_result", the result of a server tool the client ran). With server tools
+    offered, a call is streamed once its name is written, so its type says who will run it."""
 
     index: int
     type: str
@@ -125,6 +149,7 @@ class _Request:
     prefilled: bool  # the last message is the assistant's own (continued, not answered)
     thinking: bool
     trace: Trace | None
+    constraint: Any = None  # a function making a ToolCallConstraint per sample, or None
 
 
 class Client:
@@ -187,24 +212,28 @@ class Messages:
                stop_sequences=None, thinking: dict | None = None, seed: int | None = None,
                temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None, min_p: float = 0.0,
                cache: bool = True, previous_id: str | None = None, context_policy: str = "error",
-               trace: Trace | None = None) -> Iterator[ContentDelta | Message]:
+               trace: Trace | None = None, constrain_tools: bool = True) -> Iterator[ContentDelta | Message]:
         """Yield ``ContentDelta`` pieces as the model writes, then the finished ``Message``.
 
         messages: ``{"role": "user" | "assistant", "content": str | [blocks]}``, oldest first.
         max_tokens: the most tokens to generate (thinking included), >= 1.
-        system, tools: the system prompt and the tools (``llmkit.tools.Tool`` or definitions).
+        system, tools: the system prompt and the tools (``llmkit.tools.Tool`` or definitions); a
+            ``Tool`` marked ``server`` (``web_search``) is run by the client inside this call.
         stop_sequences: strings that end the reply (left out of it).
         thinking: None / {"type": "enabled"}: the model may think first; {"type": "disabled"}: not.
         seed, temperature, top_p, top_k, min_p: sampling (temperature 0 is greedy).
         cache: reuse the prompt cache across requests. previous_id: continue a stored conversation.
         context_policy: "error" (default) or "drop_oldest" when the prompt does not fit.
         trace: an ``llmkit.trace.Trace`` to record what happened.
+        constrain_tools: with tools offered, only let the model write tool calls that parse and fit
+            an offered tool's schema (``llmkit.constrained``); False leaves it unconstrained.
 
         The request is checked now, so a mistake raises here, before anything is generated.
         """
         request = self._prepare(messages, max_tokens, system, tools, stop_sequences, thinking, seed,
                                 SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
                                 cache, previous_id, context_policy, trace)
+        request.constraint = _tool_constraint(self._client.tokenizer, request.tools, constrain_tools)
         return self._run(request)
 
     def render(self, *, messages: list[dict], system: str | None = None, tools=None,
@@ -290,46 +319,64 @@ class Messages:
         if trace is not None:
             trace.add("request", request=number, id=message_id)
             trace.add("context", **_context_parts(request))
-        started = trace.now() if trace is not None else 0.0
-        events = generate_stream(
-            client.model, request.rendered.ids, max_new_tokens=request.max_tokens, sampling=request.sampling,
-            stop_tokens=client.stop_tokens.end_turn, tool_stop_tokens=client.stop_tokens.tool_use,
-            stop_sequences=request.stop_sequences, tokenizer=client.tokenizer, seed=request.seed,
-            prefix_cache=client.prefix_cache if request.cache else None)
-        holdback = max((len(s) for s in request.stop_sequences), default=1) - 1
-        tokens: list[int] = []
-        sent: list[int] = []  # characters already streamed, per block
         special = client.tokenizer.special_tokens
-        banned = [] if request.thinking else [special["<|thinking|>"], special["<|end_thinking|>"]]
-        hook = client.model.register_forward_hook(_suppress(banned)) if banned else None
-        try:
+        banned = () if request.thinking else (special["<|thinking|>"], special["<|end_thinking|>"])
+        servers = _server_tools(request.tools)
+        holdback = max((len(s) for s in request.stop_sequences), default=1) - 1
+        prompt, content, rounds = list(request.rendered.ids), [], []
+        sent: list[int] = []  # characters already streamed, per block
+        stop_reason = None
+        while stop_reason is None:  # one generation per round; a server tool call starts another
+            round_started = trace.now() if trace is not None else 0.0
+            spent = sum(r.generation.usage.output_tokens for r in rounds)
+            seed = None if request.seed is None else request.seed + len(rounds)
+            events = generate_stream(
+                client.model, prompt, max_new_tokens=request.max_tokens - spent, sampling=request.sampling,
+                stop_tokens=client.stop_tokens.end_turn, tool_stop_tokens=client.stop_tokens.tool_use,
+                stop_sequences=request.stop_sequences, tokenizer=client.tokenizer, seed=seed,
+                prefix_cache=client.prefix_cache if request.cache else None, suppress_tokens=banned,
+                constraint=request.constraint)
+            tokens: list[int] = []
             for event in events:
                 if event.type == "token":
                     # stream the text up to the token before this one: if this token completes a stop
                     # sequence, the text it adds is cut, and so it must not have been sent yet
                     if tokens:
                         blocks = parse_assistant(client.tokenizer, tokens, tool_use_id=tool_use_id)
-                        yield from _deltas(blocks, sent, holdback)
+                        yield from _deltas(content + _label_server_calls(blocks, servers), sent, holdback)
                     tokens.append(event.token)
                 else:
                     generation = event.generation
-        finally:
-            if hook is not None:
-                hook.remove()
-        content = _final_content(generation, tokens, client.tokenizer, tool_use_id)
+            rounds.append(_Round(generation, tokens, round_started))
+            blocks = _final_content(generation, tokens, client.tokenizer, tool_use_id)
+            call = _server_call(generation, blocks, servers)
+            if trace is not None:
+                _record_round(trace, rounds[-1], blocks, client.tokenizer)
+            if call is None:
+                content += blocks
+                stop_reason = generation.stop_reason
+                break
+            calls = sum(block["type"] == "server_tool_use" for block in content)
+            use, result = _run_server_call(call, servers, calls, f"srvtoolu_{number:04d}_{calls + 1}", trace,
+                                           client.tokenizer)
+            content += blocks[:-1] + [use, result]
+            yield from _deltas(content, sent, 0, final=True)
+            prompt += tokens + server_result_ids(client.tokenizer, result)
+            if spent + generation.usage.output_tokens >= request.max_tokens:
+                stop_reason = "max_tokens"  # the result is in the reply, but no budget is left to read it
+            elif len(prompt) >= client.context_window:
+                stop_reason = "context_window"
         yield from _deltas(content, sent, 0, final=True)
 
-        usage = generation.usage
-        thinking_tokens = _thinking_token_count(tokens, client.tokenizer)
-        bill = Bill(usage.input_tokens, usage.cache_read_tokens, usage.output_tokens, client.prices)
+        usage = _message_usage(rounds, content, client.tokenizer)
         message = Message(
-            id=message_id, content=content, stop_reason=generation.stop_reason,
-            stop_sequence=generation.stop_sequence, bill=bill, dropped=request.dropped,
-            usage=MessageUsage(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
-                               thinking_tokens, usage.time_to_first_token))
+            id=message_id, content=content, stop_reason=stop_reason,
+            stop_sequence=generation.stop_sequence if stop_reason == "stop_sequence" else None,
+            bill=Bill(usage.input_tokens, usage.cache_read_input_tokens, usage.output_tokens, client.prices),
+            dropped=request.dropped, usage=usage)
         client.conversations[message_id] = (request.system, request.tools, _with_reply(request, content))
         if trace is not None:
-            _record(trace, started, request, message, usage)
+            trace.add("bill", bill=message.bill)
         yield message
 
 
@@ -343,12 +390,15 @@ def _thinking_enabled(thinking) -> bool:
     return thinking["type"] == "enabled"
 
 
-def _suppress(token_ids: list[int]):
-    """A forward hook that makes ``token_ids`` impossible: their scores become minus infinity."""
-    def hook(module, inputs, logits):
-        logits[..., token_ids] = float("-inf")
-        return logits
-    return hook
+def _tool_constraint(tokenizer, tools: list, constrain: bool):
+    """What makes a ``ToolCallConstraint`` per sample for ``generate``, or None (no tools, or off).
+    One is built here, so a schema the constraint cannot enforce raises now, with the request."""
+    if not isinstance(constrain, bool):
+        raise TypeError(f"constrain_tools must be True or False, got {constrain!r}")
+    if not constrain or not tools:
+        return None
+    ToolCallConstraint(tokenizer, tools)
+    return functools.partial(ToolCallConstraint, tokenizer, tools)
 
 
 def _check_tool_names(tools: list) -> None:
@@ -376,6 +426,8 @@ def _block_text(block: dict) -> str | None:
         return block["text"]
     if block["type"] == "thinking":
         return block["thinking"]
+    if block["type"] == "server_tool_result":
+        return block["content"]
     return block["input"] if isinstance(block["input"], str) else None  # a tool call still being written
 
 
@@ -448,13 +500,111 @@ def _context_parts(request: _Request) -> dict:
                 new_message=len(roles) - system - tools - history, dropped_messages=len(request.dropped))
 
 
-def _record(trace: Trace, started: float, request: _Request, message: Message, usage) -> None:
+def _record_round(trace: Trace, round: _Round, blocks: list[dict], tokenizer) -> None:
+    """One generation's events: its prefill, thinking and decode ("answer"; a round that ended in a
+    server tool call has stop reason "tool_use", and the client's run of the tool follows it)."""
+    usage, started = round.generation.usage, round.started
     first = usage.time_to_first_token or 0.0
     trace.add("prefill", t=started, duration=first, input_tokens=usage.input_tokens,
               cache_read_tokens=usage.cache_read_tokens)
-    if message.usage.thinking_tokens:
-        trace.add("thinking", t=started + first, tokens=message.usage.thinking_tokens)
+    thinking = _thinking_token_count(round.tokens, tokenizer)
+    if thinking:
+        trace.add("thinking", t=started + first, tokens=thinking)
+    text = "".join(block["text"] for block in blocks if block["type"] == "text")
     trace.add("answer", t=started + first, duration=max(trace.now() - started - first, 0.0),
-              stop_reason=message.stop_reason, text=message.text, content=message.content,
-              output_tokens=message.usage.output_tokens)
-    trace.add("bill", bill=message.bill)
+              stop_reason=round.generation.stop_reason, text=text, content=copy.deepcopy(blocks),
+              output_tokens=usage.output_tokens)
+
+
+# --- server tools ---------------------------------------------------------------------------------------
+
+@dataclass
+class _Round:
+    """One generation inside a request: a request with server tool calls has one more per call."""
+
+    generation: Any  # llmkit.generate.Generation
+    tokens: list[int]
+    started: float  # trace time when it began (0.0 without a trace)
+
+
+def _server_tools(tools: list) -> dict[str, Tool]:
+    """The offered tools the client runs itself: ``Tool`` objects marked ``server`` (a bare
+    definition dict has no function to run, so it is always a client tool)."""
+    return {item.name: item for item in tools if isinstance(item, Tool) and item.server}
+
+
+def _written_name(raw: str) -> str | None:
+    """The tool name at the start of a call's raw JSON, once the model has written it."""
+    match = re.match(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"', raw)
+    return match.group(1) if match else None
+
+
+def _call_name(block: dict) -> str | None:
+    return block["name"] or (_written_name(block["input"]) if isinstance(block["input"], str) else None)
+
+
+def _label_server_calls(blocks: list[dict], servers: dict[str, Tool]) -> list[dict]:
+    """For streaming: a tool call to a server tool is shown as "server_tool_use"; while no name is
+    written yet (and server tools are offered) the call is held back, since its type is unknown."""
+    if not servers:
+        return blocks
+    labelled = []
+    for block in blocks:
+        if block["type"] == "tool_use":
+            name = _call_name(block)
+            if name in servers:
+                block = {**block, "type": "server_tool_use"}
+            elif name is None and isinstance(block["input"], str):
+                block = {**block, "input": ""}
+        labelled.append(block)
+    return labelled
+
+
+def _server_call(generation, blocks: list[dict], servers: dict[str, Tool]) -> dict | None:
+    """The tool_use block that ended this generation, if it calls a server tool (else None)."""
+    if generation.stop_reason != "tool_use" or not blocks or blocks[-1]["type"] != "tool_use":
+        return None
+    return blocks[-1] if _call_name(blocks[-1]) in servers else None
+
+
+def _run_server_call(call: dict, servers: dict[str, Tool], earlier: int, call_id: str,
+                     trace: Trace | None, tokenizer) -> tuple[dict, dict]:
+    """Run one server tool call: its ``server_tool_use`` block and ``server_tool_result`` block.
+
+    Like a harness answering a client call, every failure (a malformed call, bad arguments, the tool
+    raising or hanging) becomes an error result the model reads; past ``MAX_SERVER_CALLS`` calls in
+    one request the call is refused the same way, so a model that keeps searching cannot loop.
+    """
+    name = _call_name(call)
+    use = {"type": "server_tool_use", "id": call_id, "name": name, "input": copy.deepcopy(call["input"])}
+    started = time.perf_counter()
+    t = trace.now() if trace is not None else 0.0
+    if earlier >= MAX_SERVER_CALLS:
+        content, is_error = SERVER_LIMIT_ERROR, True
+    elif "error" in call:  # the template could not read the call (bad JSON, wrong shape)
+        content, is_error = call["error"], True
+    else:
+        outcome = run_tool_call(list(servers.values()), name, call["input"], tool_use_id=call_id)
+        content, is_error = outcome["content"], outcome["is_error"]
+    result = {"type": "server_tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}
+    if trace is not None:
+        trace.add("tool_call", t=t, duration=time.perf_counter() - started, name=name, input=use["input"],
+                  is_error=is_error, server=True)
+        tokens = len(tokenizer.encode(content, disallowed_special=()))
+        trace.add("tool_result", tokens=tokens, content=content, is_error=is_error, server=True)
+    return use, result
+
+
+def _message_usage(rounds: list[_Round], content: list[dict], tokenizer) -> MessageUsage:
+    """The request's usage: every round's prefilled and cached input tokens and its output tokens.
+
+    After a server tool call the model reads its context again, now with the call and the result
+    in it, so a request with one server call prefills (or reads from the cache) two prompts; a
+    hosted API bills each of those sampling rounds the same way."""
+    usages = [r.generation.usage for r in rounds]
+    return MessageUsage(
+        input_tokens=sum(u.input_tokens for u in usages), output_tokens=sum(u.output_tokens for u in usages),
+        cache_read_input_tokens=sum(u.cache_read_tokens for u in usages),
+        thinking_tokens=sum(_thinking_token_count(r.tokens, tokenizer) for r in rounds),
+        time_to_first_token=usages[0].time_to_first_token,
+        server_tool_calls=min(sum(block["type"] == "server_tool_use" for block in content), MAX_SERVER_CALLS))

@@ -11,6 +11,11 @@ behaviours we want, each one small enough to fit the course model's 256-token co
 - memory:     "My name is Ada." ... "What's my name?" (answerable only from the re-sent history)
 - direct:     greetings and simple facts, answered without a tool
 - no_tool:    a question that needs a tool nobody offered, answered "I can't know" (no invented number)
+- search:     "What is the monsoon like in Pune?" -> call the server tool web_search -> answer with
+              the top hit's snippet (not in KINDS: ask for it by name)
+- react:      a weather, letters or arithmetic task in the legacy ReAct text protocol (``llmkit.react``):
+              "Thought: ...\nAction: tool(...)", then "Observation: <result>", then "Answer: ..."
+              (not in KINDS either: ask for it by name)
 
 Every tool result is computed by the real tool (``llmkit.tools.run_tool_call``), so an answer
 always agrees with what the harness would send. Umbrella rule: take one when the chance of rain
@@ -33,7 +38,9 @@ import random
 from dataclasses import dataclass, field
 
 from llmkit.chat_template import Rendered, render
-from llmkit.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, run_tool_call
+from llmkit.react import OBSERVATION, format_answer, format_observation, format_step, react_instructions
+from llmkit.search import course_index
+from llmkit.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, run_tool_call, web_search
 
 SPLITS = ("train", "heldout")
 KINDS = ("weather", "letters", "arithmetic", "memory", "direct", "no_tool")
@@ -139,7 +146,9 @@ class Conversation:
     def prompt(self) -> list[dict]:
         """The messages an evaluation starts from: everything up to the last question the user
         typed (the model must then write the rest: call tools, answer)."""
-        last_question = max(i for i, m in enumerate(self.messages) if m["role"] == "user" and _has_text(m))
+        typed = [i for i, m in enumerate(self.messages) if m["role"] == "user" and _has_text(m)
+                 and not (self.kind == "react" and m["content"].startswith(OBSERVATION))]  # the harness wrote that
+        last_question = max(typed)
         return self.messages[: last_question + 1]
 
     def render(self, tokenizer) -> Rendered:
@@ -233,10 +242,9 @@ def _call_and_result(thinking: str, tool, tool_input: dict, call_id: str = "tool
     return [call, {"role": "user", "content": [result]}], result["content"]
 
 
-def _weather(rng: random.Random, split: str) -> Conversation:
+def _weather(rng: random.Random, split: str, questions=tuple(WEATHER_QUESTIONS)) -> Conversation:
     return weather_conversation(rng.choice(CITIES[split]), rng.choice(["today", "tomorrow"]),
-                                question=rng.choice(list(WEATHER_QUESTIONS)), thinking=rng.choice(WEATHER_THINKING),
-                                split=split)
+                                question=rng.choice(questions), thinking=rng.choice(WEATHER_THINKING), split=split)
 
 
 def weather_conversation(city: str = "Pune", day: str = "tomorrow", *,
@@ -272,17 +280,23 @@ def _count_answer(word: str, letter: str, count: int) -> str:
     return f"{word} has {count} {letters}."
 
 
-def _pick_letter(rng: random.Random, word: str) -> str:
+def pick_letter(rng: random.Random, word: str) -> str:
+    """A letter to ask about: one of ``word``'s letters, or now and then (1 in 10) one it lacks."""
     if rng.random() < 0.1:  # sometimes a letter that isn't there: the answer is 0
         absent = [c for c in "abcdefghijklmnopqrstuvwxyz" if c not in word]
         return rng.choice(absent)
     return rng.choice(sorted(set(word)))
 
 
-def _letters(rng: random.Random, split: str, word: str | None = None, letter: str | None = None,
-             *, offer_others: bool = True) -> Conversation:
+def letters_conversation(rng: random.Random, split: str, word: str | None = None, letter: str | None = None,
+                         *, offer_others: bool = True) -> Conversation:
+    """A letter-counting conversation: think, call count_letters, answer with its count.
+
+    ``word`` and ``letter`` default to a draw from ``split`` (any word works, even one of neither
+    split); ``offer_others=False`` offers count_letters alone instead of with other tools.
+    """
     word = word or rng.choice(words(split))
-    letter = letter or _pick_letter(rng, word)
+    letter = letter or pick_letter(rng, word)
     tool_input = {"word": word, "letter": letter}
     thinking = rng.choice(LETTER_THINKING)
     turns, content = _call_and_result(thinking, count_letters, tool_input)
@@ -350,8 +364,42 @@ def _no_tool(rng: random.Random, split: str) -> Conversation:
                         rng.choice(SYSTEM_PROMPTS), Expected(None, None, (), no_invention=True, facts=facts))
 
 
-BUILDERS = {"weather": _weather, "letters": _letters, "arithmetic": _arithmetic, "memory": _memory,
-            "direct": _direct, "no_tool": _no_tool}
+REACT_TASKS = ("weather", "letters", "arithmetic")
+# Beside the ReAct instructions, the longest weather question would not fit 256 tokens.
+REACT_WEATHER_QUESTIONS = tuple(q for q in WEATHER_QUESTIONS if "Should I take an umbrella" not in q)
+
+
+def as_react(conversation: Conversation) -> Conversation:
+    """The same tool conversation in the legacy ReAct text protocol (``llmkit.react``).
+
+    The system prompt lists, as text, the tools the structured version offered (weather questions
+    get get_weather alone, as there: its result is long); no structured tools are offered. The
+    assistant writes ``Thought: ...`` and ``Action: tool(...)`` and ends its turn, the harness sends
+    ``Observation: <the real tool result>`` as a user message, and the assistant writes ``Answer: ...``.
+    """
+    if conversation.kind not in REACT_TASKS:
+        raise ValueError(f"only {REACT_TASKS} conversations have a ReAct version, got {conversation.kind!r}")
+    question, call, result, answer = conversation.messages
+    thinking, tool_use = call["content"]
+    step = format_step(thinking["thinking"], tool_use["name"], tool_use["input"])
+    messages = [question, {"role": "assistant", "content": step},
+                {"role": "user", "content": format_observation(result["content"][0])},
+                {"role": "assistant", "content": format_answer(answer["content"])}]
+    expected = conversation.expected
+    facts = {**expected.facts, "task": conversation.kind, "tools": [t["name"] for t in conversation.tools]}
+    return Conversation("react", conversation.split, messages, None, react_instructions(conversation.tools),
+                        Expected(expected.tool, expected.tool_input, expected.answer_values, facts=facts))
+
+
+def _react(rng: random.Random, split: str) -> Conversation:
+    task = rng.choice(REACT_TASKS)
+    if task == "weather":
+        return as_react(_weather(rng, split, questions=REACT_WEATHER_QUESTIONS))
+    return as_react(BUILDERS[task](rng, split))
+
+
+BUILDERS = {"weather": _weather, "letters": letters_conversation, "arithmetic": _arithmetic, "memory": _memory,
+            "direct": _direct, "no_tool": _no_tool, "react": _react}  # "react" is not in KINDS: ask for it
 
 
 def make_conversations(n: int, *, split: str = "train", seed: int = 0, kinds=None) -> list[Conversation]:
@@ -365,7 +413,7 @@ def _check_kinds(kinds) -> list[str]:
     kinds = list(KINDS if kinds is None else [kinds] if isinstance(kinds, str) else kinds)
     unknown = [k for k in kinds if k not in BUILDERS]
     if unknown or not kinds:
-        raise ValueError(f"kinds must be a non-empty list drawn from {list(KINDS)}, got {kinds!r}")
+        raise ValueError(f"kinds must be a non-empty list drawn from {list(BUILDERS)}, got {kinds!r}")
     return kinds
 
 
@@ -373,6 +421,100 @@ def _check_count(n: int) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be a whole number of conversations (0 or more), got {n!r}")
     return n
+
+
+# ---------------------------------------------------------------------------------------------- search
+# The "search" kind: a question that a document in data/docs answers. The assistant calls the
+# server tool web_search (the client runs it inside the request), reads the real result, and
+# answers with the top hit's snippet. Not in KINDS: a fine-tuning config asks for it in `kinds`.
+SEARCH_CITIES = {  # cities with a travel note in data/docs, split like CITIES (Mumbai is train only)
+    "train": ["Pune", "Mumbai", "Paris", "Rome", "London", "Delhi", "Cairo", "Lima", "Seoul", "Prague", "Boston",
+              "Venice", "Lagos"],
+    "heldout": ["Warsaw", "Tunis", "Sofia", "Doha", "Oxford", "Kandy"],
+}
+SEARCH_CITY_QUESTIONS = {  # question -> the query, copied from the question's words
+    "What is {city} known for?": "{city} known for",
+    "What is the climate like in {city}?": "climate in {city}",
+    "When does it rain in {city}?": "rain in {city}",
+    "When is the best time to visit {city}?": "best time to visit {city}",
+}
+SEARCH_QUESTIONS = {  # (question, query, the document that answers it) beyond the city templates
+    "train": [("What is the monsoon like in Pune?", "monsoon in Pune", "pune.md"),
+              ("What is the monsoon like in Mumbai?", "monsoon in Mumbai", "mumbai.md"),
+              ("How long is a token on average?", "token on average", "tokens.md"),
+              ("Are prices counted in tokens or words?", "prices counted in tokens", "tokens.md"),
+              ("What does attention let a token do?", "attention token", "attention.md"),
+              ("What does a causal mask do?", "causal mask", "attention.md"),
+              ("What does a KV cache store?", "KV cache store", "kv_cache.md"),
+              ("How much memory does a KV cache use?", "KV cache memory", "kv_cache.md"),
+              ("What does prompt caching reuse?", "prompt caching reuse", "prompt_caching.md"),
+              ("How are cached tokens billed?", "cached tokens billed", "prompt_caching.md"),
+              ("How does a model use a tool?", "model use a tool", "tool_use.md"),
+              ("Who runs a tool, the model or the harness?", "harness runs a tool", "tool_use.md"),
+              ("What is prompt injection?", "prompt injection", "prompt_injection.md"),
+              ("How do you defend against prompt injection?", "defend against prompt injection",
+               "prompt_injection.md"),
+              ("What is a server tool?", "server tool", "server_tools.md"),
+              ("When does a reply stop with tool_use?", "stop with tool_use", "server_tools.md"),
+              ("What is a knowledge cutoff?", "knowledge cutoff", "knowledge_cutoff.md"),
+              ("Why does a model need web search for news?", "web search for news", "knowledge_cutoff.md"),
+              ("What is a thinking block?", "thinking block", "thinking.md"),
+              ("Are thinking tokens billed?", "thinking tokens billed", "thinking.md")],
+    "heldout": [("When are the monsoons in Kandy?", "monsoons in Kandy", "kandy.md"),
+                ("How does byte-pair encoding build a vocabulary?", "byte-pair encoding vocabulary", "bpe.md"),
+                ("What does BPE start from?", "BPE start", "bpe.md"),
+                ("What is a context window?", "context window", "context_window.md"),
+                ("What happens when a conversation outgrows the context window?",
+                 "conversation outgrows the context window", "context_window.md"),
+                ("What does temperature do?", "temperature", "sampling.md"),
+                ("What does a seed do when sampling?", "seed sampling", "sampling.md"),
+                ("What is an embedding?", "embedding", "embeddings.md"),
+                ("Why do similar tokens get nearby embeddings?", "nearby embeddings", "embeddings.md")],
+}
+SEARCH_THINKING = ["I'll search the documents.", "Better to look this up."]
+
+
+def search_questions(split: str) -> list[tuple[str, str, str]]:
+    """Every ``(question, query, document)`` the search kind asks in ``split`` (documents are disjoint
+    between the splits, so held-out questions are about notes the model never answered from)."""
+    city_questions = [(question.format(city=city), query.format(city=city), f"{city.lower()}.md")
+                      for city in SEARCH_CITIES[_check_split(split)] for question, query in SEARCH_CITY_QUESTIONS.items()]
+    return city_questions + list(SEARCH_QUESTIONS[split])
+
+
+def search_conversation(question: str, query: str, document: str, *, thinking: str = SEARCH_THINKING[0],
+                        system: str | None = None, split: str = "train") -> Conversation:
+    """Think, call web_search with ``query``, read its real result, answer with the top snippet.
+
+    The call and its result are ``server_tool_use`` and ``server_tool_result`` blocks inside the one
+    assistant message, as the client stores a server tool's run (they render as a tool call, its
+    result and a new ``<|assistant|>`` header). Raises if ``document`` is not the top hit, so a
+    question that the search would answer from another note never becomes training data.
+    """
+    call_id = "srvtoolu_0"
+    result = run_tool_call([web_search], "web_search", {"query": query}, tool_use_id=call_id)
+    hits = json.loads(result["content"]) if not result["is_error"] else {}
+    title = course_index().document(document).title
+    if not hits or next(iter(hits)) != title:
+        raise AssertionError(f"web_search({query!r}) does not rank {document} first: {result['content']}")
+    answer = hits[title]  # the top snippet, copied: data/docs keeps its sentences short, one fact each
+    content = [{"type": "thinking", "thinking": thinking},
+               {"type": "server_tool_use", "id": call_id, "name": "web_search", "input": {"query": query}},
+               {"type": "server_tool_result", "tool_use_id": call_id, "content": result["content"], "is_error": False},
+               {"type": "text", "text": answer}]
+    messages = [{"role": "user", "content": question}, {"role": "assistant", "content": content}]
+    facts = {"document": document, "title": title, "hits": hits}
+    return Conversation("search", split, messages, [web_search.definition()], system,
+                        Expected("web_search", {"query": query}, (answer,), facts=facts))
+
+
+def _search(rng: random.Random, split: str) -> Conversation:
+    question, query, document = rng.choice(search_questions(split))
+    return search_conversation(question, query, document, thinking=rng.choice(SEARCH_THINKING),
+                               system=rng.choice(SYSTEM_PROMPTS), split=split)
+
+
+BUILDERS["search"] = _search  # not in KINDS (nor in the evals): a fine-tuning config asks for it in `kinds`
 
 
 # ---------------------------------------------------------------------------------------------- DPO
@@ -404,6 +546,9 @@ def make_preferences(n: int, *, split: str = "train", seed: int = 0, kinds=None)
     kinds = _check_kinds(PREFERENCE_KINDS if kinds is None else kinds)
     if "direct" in kinds:
         raise ValueError("'direct' conversations have no natural rejected answer; leave it out of kinds")
+    if "react" in kinds:
+        raise ValueError("'react' conversations are for SFT and the ReAct parse-failure measurement, not DPO; "
+                         "leave it out of kinds")
     rng = random.Random(f"llmkit-preferences|{_check_split(split)}|{seed}")
     pairs = []
     for i in range(_check_count(n)):
@@ -444,14 +589,15 @@ def strawberry_tasks(fmt: str, *, split: str = "heldout", seed: int = 0, n: int 
     pool = words(_check_split(split))
     rng = random.Random(f"llmkit-strawberry|{split}|{seed}")
     chosen = pool if n is None else [rng.choice(pool) for _ in range(_check_count(n))]
-    items = [(word, _pick_letter(rng, word)) for word in chosen]  # drawn the same way for every format
-    return [_strawberry(fmt, split, word, letter, random.Random(f"llmkit-strawberry-item|{seed}|{i}"))
+    items = [(word, pick_letter(rng, word)) for word in chosen]  # drawn the same way for every format
+    return [strawberry_task(fmt, split, word, letter, random.Random(f"llmkit-strawberry-item|{seed}|{i}"))
             for i, (word, letter) in enumerate(items)]
 
 
-def _strawberry(fmt: str, split: str, word: str, letter: str, rng: random.Random) -> Conversation:
+def strawberry_task(fmt: str, split: str, word: str, letter: str, rng: random.Random) -> Conversation:
+    """One strawberry-experiment item in format ``fmt`` (see ``strawberry_tasks``) about any word."""
     if fmt == "tool":
-        convo = _letters(rng, split, word, letter, offer_others=False)
+        convo = letters_conversation(rng, split, word, letter, offer_others=False)
         return Conversation("strawberry_tool", split, convo.messages, convo.tools, None, convo.expected)
     facts = {"word": word, "letter": letter, "count": count_letters(word, letter), "spelling": " ".join(word)}
     if fmt == "spell":

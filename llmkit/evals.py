@@ -17,10 +17,16 @@ turn. The transcript is then scored with four plain functions, one per question:
   with an answer that holds no digit (rambling until max_tokens is no answer).
 
     python -m llmkit.evals --model data/models/chat --json
+
+``tool_call_validity`` samples instead of decoding greedily, and counts how often the first tool
+call cannot be run, with constrained decoding (``llmkit.constrained``) off and on:
+
+    python -m llmkit.evals --model chat --tool-call-validity > data/models/chat/tool_call_validity.json
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -30,9 +36,12 @@ from dataclasses import dataclass, field
 import torch
 
 from llmkit.chat_template import parse_assistant, render, stop_tokens
+from llmkit.constrained import ToolCallConstraint
 from llmkit.conversations import UMBRELLA_FROM_PERCENT, Conversation, make_conversations
 from llmkit.generate import generate
 from llmkit.model import Transformer
+from llmkit.react import STOP_SEQUENCE, ParseFailure, parse_action
+from llmkit.sampling import SamplingParams
 from llmkit.tools import EXAMPLE_TOOLS, ToolArgumentsError, tools_by_name, validate_arguments, run_tool_call
 
 TOOL_KINDS = ("weather", "letters", "arithmetic")
@@ -207,6 +216,123 @@ def evaluate(model: Transformer, tokenizer, *, limit: int = 24, seed: int = 0, k
     return result
 
 
+# ------------------------------------------------------------------------------------------ ReAct
+def react_parse_failures(model: Transformer, tokenizer, *, temperature: float, n: int = 48, seed: int = 0,
+                         max_new_tokens: int = 64, examples: list | None = None) -> dict:
+    """How often the model's first ReAct step can't be run, and why (the legacy text protocol, ``llmkit.react``).
+
+    For ``n`` held-out ``react`` conversations the model writes its first turn after the question,
+    sampled at ``temperature`` (seeded), until the stop sequence "Observation:" or the end of its
+    turn; ``parse_action`` then reads the Action against the tools the prompt listed. ``by_reason``
+    is the fraction of replies that failed for each ``ParseFailure``: they add up to
+    ``parse_failure_rate``. ``examples`` (a list) collects each reply with its verdict.
+
+        python -m llmkit.react --model chat --json
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a whole number of conversations (1 or more), got {n!r}")
+    sampling, stops = SamplingParams(temperature=temperature), stop_tokens(tokenizer)
+    failures = {reason.value: 0 for reason in ParseFailure}
+    stop_reasons: dict[str, int] = {}
+    output_tokens, started = 0, time.perf_counter()
+    model.eval()
+    with torch.no_grad():
+        for i, conversation in enumerate(make_conversations(n, split="heldout", seed=seed, kinds=["react"])):
+            prompt = render(tokenizer, conversation.prompt, system=conversation.system).ids
+            room = min(max_new_tokens, model.config.context_length - len(prompt))
+            generation = generate(model, prompt, max_new_tokens=room, sampling=sampling, stop_tokens=stops.end_turn,
+                                  tool_stop_tokens=stops.tool_use, stop_sequences=[STOP_SEQUENCE],
+                                  tokenizer=tokenizer, seed=seed * 1_000_003 + i)
+            listed = [t for t in EXAMPLE_TOOLS if t.name in conversation.expected.facts["tools"]]
+            action = parse_action(generation.text, listed)
+            if not action.ok:
+                failures[action.failure.value] += 1
+            stop_reasons[generation.stop_reason] = stop_reasons.get(generation.stop_reason, 0) + 1
+            output_tokens += len(generation.tokens)
+            if examples is not None:
+                examples.append({"question": conversation.prompt[-1]["content"], "reply": generation.text,
+                                 "stop_reason": generation.stop_reason,
+                                 "failure": None if action.ok else action.failure.value, "detail": action.detail,
+                                 "name": action.name, "arguments": action.arguments})
+    return {"temperature": temperature, "n": n, "seed": seed,
+            "parse_failure_rate": round(sum(failures.values()) / n, 4),
+            "by_reason": {reason: round(count / n, 4) for reason, count in failures.items()},
+            "stop_reasons": stop_reasons, "mean_output_tokens": round(output_tokens / n, 1),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+# ----------------------------------------------------------------------------- constrained decoding
+INVALID_CALL_REASONS = ("not_json", "unfinished", "unknown_tool", "bad_arguments")
+VALIDITY_TEMPERATURES = (0.7, 1.0, 1.5)
+
+
+def call_problem(call: dict, stop_reason: str, offered: dict) -> str | None:
+    """Why a ``tool_use`` block from ``parse_assistant`` could not be run, or None if it can:
+    "unfinished" (the turn ended before ``<|end_tool_call|>``: another stop token, or a full
+    context window), "not_json" (not JSON, or not ``{"name": ..., "input": {...}}``),
+    "unknown_tool" (not one of ``offered``, name -> Tool) or "bad_arguments" (the input breaks
+    the tool's schema)."""
+    if stop_reason != "tool_use":
+        return "unfinished"
+    if "error" in call:
+        return "not_json"
+    if call["name"] not in offered:
+        return "unknown_tool"
+    try:
+        validate_arguments(offered[call["name"]], call["input"])
+    except ToolArgumentsError:
+        return "bad_arguments"
+    return None
+
+
+def tool_call_validity(model: Transformer, tokenizer, *, constrained: bool, temperature: float, n: int = 48,
+                       seed: int = 0) -> dict:
+    """How often a sampled tool call cannot be run, with constrained decoding off or on.
+
+    For ``n`` held-out tool conversations (weather, letters, arithmetic) the model writes its first
+    assistant turn, sampled at ``temperature`` (seeded per conversation, the same seeds with the
+    constraint off and on), with the whole rest of the context as its budget. ``invalid_rate`` is
+    the fraction of turns whose tool call cannot be run, ``by_reason`` splits it by
+    ``call_problem`` (the reasons add up to it), and ``calls`` counts the turns that made a call.
+    With ``constrained`` every call is decoded under ``ToolCallConstraint``: only a call cut off by
+    the full context window can still be invalid ("unfinished").
+
+        python -m llmkit.evals --model chat --tool-call-validity
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a whole number of conversations (1 or more), got {n!r}")
+    sampling, stops = SamplingParams(temperature=temperature), stop_tokens(tokenizer)
+    problems = dict.fromkeys(INVALID_CALL_REASONS, 0)
+    calls, output_tokens, started = 0, 0, time.perf_counter()
+    model.eval()
+    with torch.no_grad():
+        for i, conversation in enumerate(make_conversations(n, split="heldout", seed=seed, kinds=TOOL_KINDS)):
+            prompt = render(tokenizer, conversation.prompt, tools=conversation.tools, system=conversation.system).ids
+            constraint = functools.partial(ToolCallConstraint, tokenizer, conversation.tools) if constrained else None
+            generation = generate(model, prompt, max_new_tokens=model.config.context_length - len(prompt),
+                                  sampling=sampling, stop_tokens=stops.end_turn, tool_stop_tokens=stops.tool_use,
+                                  seed=seed * 1_000_003 + i, constraint=constraint)
+            output_tokens += len(generation.tokens)
+            call = next((b for b in parse_assistant(tokenizer, generation.tokens) if b["type"] == "tool_use"), None)
+            if call is None:
+                continue
+            calls += 1
+            offered = tools_by_name(t for t in EXAMPLE_TOOLS if t.name in {d["name"] for d in conversation.tools})
+            problem = call_problem(call, generation.stop_reason, offered)
+            if problem is not None:
+                problems[problem] += 1
+    return {"constrained": constrained, "temperature": temperature, "n": n, "seed": seed, "calls": calls,
+            "invalid_rate": round(sum(problems.values()) / n, 4),
+            "by_reason": {reason: round(count / n, 4) for reason, count in problems.items()},
+            "mean_output_tokens": round(output_tokens / n, 1), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def tool_call_validity_table(model: Transformer, tokenizer, *, n: int = 48, seed: int = 0) -> list[dict]:
+    """``tool_call_validity`` with the constraint off and on, at each of ``VALIDITY_TEMPERATURES``."""
+    return [tool_call_validity(model, tokenizer, constrained=constrained, temperature=temperature, n=n, seed=seed)
+            for temperature in VALIDITY_TEMPERATURES for constrained in (False, True)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m llmkit.evals",
                                      description="Held-out evaluation of a chat model (greedy, real tools).")
@@ -217,6 +343,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--json", action="store_true", help="print one JSON object (else a short table)")
     parser.add_argument("--examples", help="also write every transcript to this JSON file")
+    parser.add_argument("--tool-call-validity", action="store_true",
+                        help="instead, print (JSON) how often sampled tool calls are invalid, constrained decoding "
+                             f"off and on, at temperatures {', '.join(map(str, VALIDITY_TEMPERATURES))}")
+    parser.add_argument("--n", type=int, default=48, help="conversations per setting for --tool-call-validity")
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.error("--limit must be at least 1")
@@ -225,6 +355,13 @@ def main(argv: list[str] | None = None) -> None:
     from llmkit.weights import load_model  # floor 3; imported late so --help is instant
 
     model, tokenizer = load_model(args.model, device=args.device)
+    if args.tool_call_validity:
+        if args.n < 1:
+            parser.error("--n must be at least 1")
+        rows = tool_call_validity_table(model, tokenizer, n=args.n, seed=args.seed)
+        command = f"python -m llmkit.evals --model {args.model} --tool-call-validity --n {args.n} --seed {args.seed}"
+        print(json.dumps({"command": command, "model": args.model, "rows": rows}, indent=1))
+        return
     examples: list | None = [] if args.examples else None
     result = {"model": args.model, **evaluate(model, tokenizer, limit=args.limit, seed=args.seed, examples=examples)}
     if args.examples:

@@ -49,9 +49,8 @@ import torch.nn.functional as F
 
 from llmkit.chat_template import marker_ids
 from llmkit.conversations import (CITIES, NAMES, SYLLABLES, WEATHER_QUESTIONS, WEATHER_THINKING, Conversation, Preference,
-                                  make_conversations, make_preferences, strawberry_tasks, weather_conversation, words)
-from llmkit.conversations import _letters as letters_conversation  # a letters conversation about any word
-from llmkit.conversations import _pick_letter as pick_letter, _strawberry as strawberry_task  # any word, too
+                                  as_react, letters_conversation, make_conversations, make_preferences, pick_letter,
+                                  strawberry_task, strawberry_tasks, weather_conversation, words)
 from llmkit.data import Batch
 from llmkit.model import Transformer
 from llmkit.paths import data_path
@@ -164,9 +163,12 @@ def with_fresh_entity(conversation: Conversation, rng: random.Random) -> Convers
     number out of the tool result, and then fails on every held-out city. Invented values
     (never a held-out one) make copying the only way to get the answer right. Weather and letter
     conversations are rebuilt, so the tool results stay real; in memory and no-tool conversations
-    the name or city is swapped in the text. Other kinds come back unchanged.
+    the name or city is swapped in the text. A ReAct weather or letters conversation is rebuilt the
+    same way and rewritten as ReAct text. Other kinds come back unchanged.
     """
     taken, kind, facts = _heldout_values(), conversation.kind, conversation.expected.facts
+    if kind == "react" and facts["task"] in ("weather", "letters"):  # only the facts of the original are read
+        return as_react(with_fresh_entity(dataclasses.replace(conversation, kind=facts["task"]), rng))
     if kind == "weather":
         question = rng.choice(list(WEATHER_QUESTIONS))
         return weather_conversation(_invent(rng, (2, 3), taken, True), facts["day"], question=question,

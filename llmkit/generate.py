@@ -10,6 +10,11 @@ computes the new token's; ``use_cache=False`` recomputes the whole sequence at e
 comparison. ``PrefixCache`` (llmkit.prefix_cache) carries the same idea across requests (prompt caching): a request that
 starts with tokens seen before copies their keys and values instead of recomputing them.
 
+Two options rule tokens out before each draw (``llmkit.sampling.mask_tokens``): ``suppress_tokens``
+never lets some ids be drawn (the client bans the thinking markers this way), and ``constraint``
+asks a ``TokenConstraint`` at every step which tokens may come next (``llmkit.constrained`` keeps
+a tool call valid JSON for its schema). Neither costs anything when it is not used.
+
 ``generate`` returns a finished ``Generation``; ``stream`` yields each token as it is made.
 """
 from __future__ import annotations
@@ -18,14 +23,14 @@ import codecs
 import operator
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Iterator, Sequence
+from typing import Callable, ClassVar, Collection, Iterable, Iterator, Sequence
 
 import torch
 
 from llmkit.kvcache import KVCache
 from llmkit.model import Transformer
 from llmkit.prefix_cache import PrefixCache, PrefixCacheStats  # noqa: F401 (re-exported: llmkit.generate.PrefixCache)
-from llmkit.sampling import GREEDY, SamplingParams, make_generator, sample_batch
+from llmkit.sampling import GREEDY, SamplingParams, TokenConstraint, make_generator, mask_tokens, sample_batch
 
 STOP_REASONS = ("end_turn", "max_tokens", "stop_sequence", "tool_use", "context_window")
 
@@ -124,12 +129,14 @@ def generate(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, ma
              sampling: SamplingParams | None = None, stop_tokens: Iterable[int] = (),
              tool_stop_tokens: Iterable[int] = (), stop_sequences: Iterable[str] = (), tokenizer=None,
              seed: int | None = None, use_cache: bool = True, prefix_cache: PrefixCache | None = None,
-             num_samples: int = 1, keep_logits: bool = False) -> Generation:
+             num_samples: int = 1, keep_logits: bool = False, suppress_tokens: Collection[int] = (),
+             constraint: Callable[[], TokenConstraint] | None = None) -> Generation:
     """Continue ``prompt_ids`` until a stop reason; see ``stream`` for every argument."""
     for event in stream(model, prompt_ids, max_new_tokens=max_new_tokens, sampling=sampling,
                         stop_tokens=stop_tokens, tool_stop_tokens=tool_stop_tokens,
                         stop_sequences=stop_sequences, tokenizer=tokenizer, seed=seed, use_cache=use_cache,
-                        prefix_cache=prefix_cache, num_samples=num_samples, keep_logits=keep_logits):
+                        prefix_cache=prefix_cache, num_samples=num_samples, keep_logits=keep_logits,
+                        suppress_tokens=suppress_tokens, constraint=constraint):
         pass
     return event.generation
 
@@ -138,7 +145,8 @@ def stream(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_
            sampling: SamplingParams | None = None, stop_tokens: Iterable[int] = (),
            tool_stop_tokens: Iterable[int] = (), stop_sequences: Iterable[str] = (), tokenizer=None,
            seed: int | None = None, use_cache: bool = True, prefix_cache: PrefixCache | None = None,
-           num_samples: int = 1, keep_logits: bool = False) -> Iterator[TokenEvent | StopEvent]:
+           num_samples: int = 1, keep_logits: bool = False, suppress_tokens: Collection[int] = (),
+           constraint: Callable[[], TokenConstraint] | None = None) -> Iterator[TokenEvent | StopEvent]:
     """Yield a ``TokenEvent`` per new token as it is made, then one ``StopEvent``.
 
     prompt_ids: one prompt (a list of ids, a 1-D tensor or a (1, T) tensor).
@@ -153,7 +161,13 @@ def stream(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_
     use_cache: False recomputes the whole sequence every step (same tokens, much slower).
     prefix_cache: a ``PrefixCache`` shared across calls; it never changes the result, only the cost.
     num_samples: continuations drawn from one shared prefill (``Generation.samples``).
-    keep_logits: keep each step's raw logits in ``Completion.logits``.
+    keep_logits: keep each step's raw logits in ``Completion.logits`` (the model's own scores, before
+        ``suppress_tokens`` and ``constraint`` rule any out).
+    suppress_tokens: ids that are never drawn (their logits become -inf before sampling).
+    constraint: a function returning a fresh ``llmkit.sampling.TokenConstraint``, called once per
+        sample (each continuation keeps its own state), e.g.
+        ``functools.partial(ToolCallConstraint, tokenizer, tools)``; the tokens it does not allow
+        are never drawn.
 
     The arguments are checked now, so a mistake raises here rather than at the first ``next()``.
     """
@@ -171,6 +185,12 @@ def stream(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_
         raise ValueError(f"token(s) {sorted(end_turn & tool_use)} are in both stop_tokens and tool_stop_tokens; "
                          "each stop token means one stop reason")
     stops = _check_stop_sequences(stop_sequences, tokenizer)
+    suppressed = _check_token_set(suppress_tokens, "suppress_tokens", model)
+    if len(suppressed) == model.config.vocab_size:
+        raise ValueError("suppress_tokens holds every token of the vocabulary, so nothing could be generated")
+    if constraint is not None and not callable(constraint):
+        raise TypeError("constraint must be a function that returns a new TokenConstraint (one per sample), e.g. "
+                        f"functools.partial(ToolCallConstraint, tokenizer, tools); got {type(constraint).__name__}")
     if tokenizer is not None and tokenizer.vocab_size < model.config.vocab_size:
         raise ValueError(f"the model scores {model.config.vocab_size} tokens but the tokenizer knows only "
                          f"{tokenizer.vocab_size}, so some tokens could not be decoded; use the tokenizer "
@@ -181,6 +201,7 @@ def stream(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_
         raise TypeError(f"prefix_cache must be a PrefixCache, got {type(prefix_cache).__name__}")
     loop = _Loop(model, prompt, max_new_tokens, params, end_turn, tool_use, stops, tokenizer, seed,
                  use_cache, prefix_cache, num_samples, keep_logits)
+    loop.restrict(suppressed, _make_constraints(constraint, num_samples))
     return loop.run()
 
 
@@ -233,6 +254,20 @@ def _check_token_set(tokens, name: str, model: Transformer) -> frozenset[int]:
     if bad:
         raise ValueError(f"{name} has id(s) {bad} outside the vocabulary (0 .. {model.config.vocab_size - 1})")
     return ids
+
+
+def _make_constraints(constraint, n: int) -> list[TokenConstraint] | None:
+    if constraint is None:
+        return None
+    made = [constraint() for _ in range(n)]
+    for item in made:
+        if not isinstance(item, TokenConstraint):
+            raise TypeError(f"constraint() returned a {type(item).__name__}, which is not a TokenConstraint: it "
+                            "needs allowed() -> bool tensor or None, and advance(token)")
+    if len({id(item) for item in made}) < n:
+        raise ValueError("constraint() returned the same object twice; it must make a new one on each call, "
+                         "since every sample keeps its own state")
+    return made
 
 
 def _check_stop_sequences(stop_sequences, tokenizer) -> tuple[str, ...]:
@@ -317,9 +352,12 @@ class _Sample:
         self.tokens: list[int] = []
         self.text = text
         self.stop_reason: str | None = None
+        self.constraint: TokenConstraint | None = None
 
     def add(self, token: int, loop: _Loop, last_step: bool, elapsed: float) -> TokenEvent:
         self.tokens.append(token)
+        if self.constraint is not None:
+            self.constraint.advance(token)
         delta = None
         if token in loop.tool_use:
             self.stop_reason = "tool_use"
@@ -371,6 +409,20 @@ class _Loop:
         self.steps = min(max_new_tokens, model.config.context_length - len(prompt))  # the most we can take
         self.generator = None if params.greedy else make_generator(seed, model.device)
         self.samples = [_Sample(i, _TextStream(tokenizer, stops) if tokenizer is not None else None) for i in range(n)]
+        self.suppressed: torch.Tensor | None = None  # (vocab,) True where a token is never drawn, on the CPU
+        self.suppressed_here: torch.Tensor | None = None  # the same on the model's device
+        self.constrained = False
+
+    def restrict(self, suppressed: frozenset[int], constraints: list[TokenConstraint] | None) -> None:
+        """Rule out ``suppressed`` at every step, and give each sample its constraint (if any)."""
+        if suppressed:
+            self.suppressed = torch.zeros(self.model.config.vocab_size, dtype=torch.bool)
+            self.suppressed[sorted(suppressed)] = True
+            self.suppressed_here = self.suppressed.to(self.model.device)
+        if constraints is not None:
+            self.constrained = True
+            for sample, constraint in zip(self.samples, constraints):
+                sample.constraint = constraint
 
     def run(self) -> Iterator[TokenEvent | StopEvent]:
         model, n, p = self.model, self.n, len(self.prompt)
@@ -391,6 +443,8 @@ class _Loop:
                 with torch.inference_mode():
                     if self.keep_logits:
                         kept_logits.append(logits.float())
+                    if self.suppressed is not None or self.constrained:  # nothing to do in the plain case
+                        logits = self._rule_out(logits)
                     chosen = sample_batch(logits, self.params, generator=self.generator,
                                           previous_tokens=sequence[:, :p + step] if penalise else None)
                     if keep_sequence:
@@ -418,6 +472,27 @@ class _Loop:
         finally:
             model.train(was_training)
         yield StopEvent(self._result(kept_logits, cache_read, first_token_at, finished_at))
+
+    def _rule_out(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits with suppressed tokens, and tokens a sample's constraint forbids, at -inf."""
+        masks = [sample.constraint.allowed() if self.constrained and sample.stop_reason is None else None
+                 for sample in self.samples]
+        if all(mask is None for mask in masks):
+            return logits if self.suppressed is None else logits.masked_fill(self.suppressed_here, float("-inf"))
+        vocab = logits.size(-1)
+        for mask in masks:
+            if mask is not None and (mask.shape != (vocab,) or mask.dtype != torch.bool):
+                raise ValueError(f"a constraint's allowed() must return None or a bool tensor of shape ({vocab},), "
+                                 f"got {mask.dtype} of shape {tuple(mask.shape)}")
+        everything = torch.ones(vocab, dtype=torch.bool)
+        allowed = torch.stack([everything if mask is None else mask.cpu() for mask in masks])
+        if self.suppressed is not None:
+            allowed &= ~self.suppressed
+        stuck = [i for i, row in enumerate(allowed.any(-1).tolist()) if not row]
+        if stuck:
+            raise RuntimeError(f"sample {stuck[0]} has no token left to draw: its constraint allows only tokens "
+                               "that suppress_tokens bans; remove those ids from suppress_tokens")
+        return mask_tokens(logits, allowed.to(logits.device))
 
     def _prefill(self, prompt: torch.Tensor) -> tuple[KVCache | None, int, torch.Tensor]:
         """Read the prompt (the part the prefix cache does not hold); return the cache (copied into

@@ -64,10 +64,10 @@ class KVCache:
     def update(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write ``k``, ``v`` (batch, n_kv_heads, time, head_dim) at positions [start, start + time)
         of ``layer``; return that layer's keys and values for all positions [0, start + time)."""
-        end = start + k.size(2)
-        self.keys[layer][:, :, start:end] = k
-        self.values[layer][:, :, start:end] = v
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        keys, values, time = self.keys[layer], self.values[layer], k.size(2)
+        keys.narrow(2, start, time).copy_(k)  # narrow: a view of positions [start, start + time)
+        values.narrow(2, start, time).copy_(v)
+        return keys.narrow(2, 0, start + time), values.narrow(2, 0, start + time)
 
     def reset(self) -> None:
         """Forget everything (the memory stays allocated for the next sequence)."""

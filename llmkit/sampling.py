@@ -9,6 +9,11 @@ Each step is a small function from logits to logits, so they compose, can be use
 be shown one at a time (``stage_probabilities``). Filters remove a token by setting its logit to
 -inf, which softmax turns into a probability of exactly 0; the survivors are renormalised for free.
 
+Some tokens can be ruled out before any of that: ``mask_tokens`` gives every token that is not
+allowed a logit of -inf, so the stages only ever share probability among the allowed ones. A
+``TokenConstraint`` decides which tokens are allowed, step by step (``llmkit.constrained`` keeps
+a tool call valid JSON for its schema).
+
 Temperature 0 means greedy: always the most likely token, no randomness. Every random draw takes
 an explicit ``torch.Generator`` (or a ``seed`` to make one), never torch's global random state,
 so the same seed gives the same token and two runs never disturb each other.
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -71,6 +76,33 @@ class SamplingParams:
 
 
 GREEDY = SamplingParams(temperature=0.0)
+
+
+# --- ruling tokens out before sampling ---
+
+
+@runtime_checkable
+class TokenConstraint(Protocol):
+    """Which tokens may come next, decided afresh at every step of one continuation.
+
+    ``allowed()`` is asked before each draw: a bool tensor over the vocabulary (True: may be drawn),
+    or None for "no restriction right now", which costs nothing. ``advance(token)`` is then told the
+    token that was drawn, so the constraint can move on. It keeps state, so each continuation needs
+    its own: ``llmkit.generate`` takes a function that makes a fresh one.
+    """
+
+    def allowed(self) -> torch.Tensor | None: ...
+
+    def advance(self, token: int) -> None: ...
+
+
+def mask_tokens(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """-inf for every token where ``allowed`` is False, so softmax gives it probability exactly 0.
+
+    Applied to the raw logits, before the stages below, so temperature, top-k, top-p and min-p
+    see only the allowed tokens (a top-k of 5 keeps the 5 best *allowed* tokens).
+    """
+    return logits.masked_fill(~allowed, NEG_INF)
 
 
 # --- the processors: logits in, logits out, over the last dimension (one row or a batch) ---

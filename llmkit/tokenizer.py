@@ -14,8 +14,8 @@ Training lives in :mod:`llmkit.bpe`; the JSON file format in :mod:`llmkit.tokeni
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable, Sequence
-from itertools import chain
 from pathlib import Path
 from typing import Literal
 
@@ -45,20 +45,6 @@ COURSE_SPECIAL_TOKENS = [
 CHUNK_CACHE_LIMIT = 500_000  # distinct chunks remembered before the cache starts over
 
 SpecialSet = Literal["all"] | Collection[str]
-
-
-class _ChunkCache(dict):
-    """chunk text -> token ids; a miss runs BPE on the chunk and stores the answer."""
-
-    def __init__(self, encode_chunk):
-        super().__init__()
-        self.encode_chunk = encode_chunk
-
-    def __missing__(self, chunk: str) -> list[int]:
-        if len(self) >= CHUNK_CACHE_LIMIT:
-            self.clear()
-        ids = self[chunk] = self.encode_chunk(chunk.encode("utf-8"))
-        return ids
 
 
 class Tokenizer:
@@ -94,8 +80,8 @@ class Tokenizer:
         self._vocab_size = max(self._vocab) + 1
         self._pattern = bpe.resolve_pattern(pattern)
         self._findall = regex.compile(self._pattern).findall if self._pattern is not None else None
-        self._special_regex = _alternation(self._special)
-        self._cache = _ChunkCache(self._encode_chunk)
+        self._special_regex = _alternation(frozenset(self._special))
+        self._cache: dict[str, list[int]] = {}  # chunk text -> its ids, filled as chunks are met
 
     # ----------------------------------------------------------------- training
     @classmethod
@@ -131,17 +117,16 @@ class Tokenizer:
                 f"{len(special_tokens)} special token(s), so at least {256 + len(special_tokens)}"
             )
         if special_tokens:  # cut documents at special-token text
-            splitter = _alternation(special_tokens)
+            splitter = _alternation(frozenset(special_tokens))
             documents = [piece for doc in documents for piece in splitter.split(doc)]
         if not any(documents):
             raise ValueError("the training text is empty: give at least some text to learn merges from")
         pattern = bpe.resolve_pattern(pattern)
         n_merges = vocab_size - 256 - len(special_tokens)
-        chunk_counts = bpe.count_chunks(documents, pattern)
         if trainer == "fast":
-            pairs = bpe.train_fast(chunk_counts, n_merges, progress=progress)
+            pairs = bpe.train_fast(bpe.count_chunks(documents, pattern), n_merges, progress=progress)
         elif trainer == "reference":
-            pairs = bpe.train_reference(chunk_counts, n_merges)
+            pairs = bpe.train_reference(bpe.split_chunks(documents, pattern), n_merges)
         else:
             raise ValueError(f"trainer must be 'fast' or 'reference', not {trainer!r}")
         if len(pairs) < n_merges:
@@ -169,13 +154,22 @@ class Tokenizer:
 
     # ----------------------------------------------------------------- encoding
     def encode_ordinary(self, text: str) -> list[int]:
-        """Encode ``text`` treating special-token text as ordinary text."""
+        """Encode ``text`` treating special-token text as ordinary text.
+
+        This is the hot path: one regex pass cuts the text into chunks, and each chunk's ids
+        come from the chunk cache, so on familiar text the loop is one dict look-up and one list
+        extend per chunk. Only a chunk never seen before runs BPE.
+        """
         _check_text(text)
         chunks = self._findall(text) if self._findall is not None else [text] if text else []
-        try:
-            return list(chain.from_iterable(map(self._cache.__getitem__, chunks)))
-        except UnicodeEncodeError as exc:
-            raise _surrogate_error(text) from exc
+        cached_ids = self._cache.get  # bound once, not looked up again for every chunk
+        ids: list[int] = []
+        for chunk in chunks:
+            chunk_ids = cached_ids(chunk)
+            if chunk_ids is None:
+                chunk_ids = self._encode_new_chunk(chunk, text)
+            ids += chunk_ids
+        return ids
 
     def encode(
         self, text: str, *, allowed_special: SpecialSet = frozenset(), disallowed_special: SpecialSet = "all"
@@ -192,9 +186,10 @@ class Tokenizer:
             disallowed = set(self._special) - allowed
         else:
             disallowed = self._special_names(disallowed_special, "disallowed_special")
+        if not self._special or self._special_regex.search(text) is None:
+            return self.encode_ordinary(text)  # the common case: no special-token text at all
         if disallowed:
-            every_special = disallowed == set(self._special)
-            found = (self._special_regex if every_special else _alternation(disallowed)).search(text)
+            found = _alternation(frozenset(disallowed)).search(text)
             if found:
                 raise ValueError(
                     f"the text contains the special token {found.group()!r} (at character {found.start()}). "
@@ -206,7 +201,7 @@ class Tokenizer:
             return self.encode_ordinary(text)
         ids: list[int] = []
         start = 0
-        for match in _alternation(allowed).finditer(text):
+        for match in _alternation(frozenset(allowed)).finditer(text):
             ids += self.encode_ordinary(text[start : match.start()])
             ids.append(self._special[match.group()])
             start = match.end()
@@ -216,6 +211,17 @@ class Tokenizer:
     def encode_batch(self, texts: Iterable[str], **kwargs) -> list[list[int]]:
         """``encode`` for each text (same keyword arguments)."""
         return [self.encode(text, **kwargs) for text in texts]
+
+    def _encode_new_chunk(self, chunk: str, text: str) -> list[int]:
+        """BPE for a chunk not in the cache, remembered for next time (the cache starts over when full)."""
+        try:
+            piece = chunk.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _surrogate_error(text) from exc
+        if len(self._cache) >= CHUNK_CACHE_LIMIT:
+            self._cache.clear()
+        ids = self._cache[chunk] = self._encode_chunk(piece)
+        return ids
 
     def _encode_chunk(self, piece: bytes) -> list[int]:
         """BPE inside one chunk: repeatedly join the neighbouring pair with the lowest rank."""
@@ -364,8 +370,9 @@ def recover_merges(ranks: dict[bytes, int]) -> dict[tuple[int, int], int]:
     return merges
 
 
-def _alternation(names: Iterable[str]) -> regex.Pattern:
-    """A regex matching any of ``names`` literally, longest first."""
+@functools.lru_cache(maxsize=64)
+def _alternation(names: frozenset[str]) -> regex.Pattern:
+    """A regex matching any of ``names`` literally, longest first (built once per set of names)."""
     names = sorted(names, key=len, reverse=True)
     return regex.compile("|".join(regex.escape(name) for name in names) if names else r"(?!)")
 

@@ -62,14 +62,24 @@ class ToolArgumentsError(ValueError):
 
 
 class Tool:
-    """A function plus the definition the model reads. Calling it calls the function."""
+    """A function plus the definition the model reads. Calling it calls the function.
 
-    def __init__(self, function: Callable, *, name: str, description: str, input_schema: dict):
+    ``server``: a *server tool* is run by the client inside the same ``create`` call (as a hosted
+    API runs its web search), and the reply carries the call and its result; a client tool's call
+    ends the turn with stop reason "tool_use" and your code runs it. The definition the model reads
+    is the same either way: only who runs the tool differs.
+    """
+
+    def __init__(self, function: Callable, *, name: str, description: str, input_schema: dict,
+                 server: bool = False):
         functools.update_wrapper(self, function)  # keeps __doc__, __name__, __wrapped__
+        if not isinstance(server, bool):
+            raise TypeError(f"server must be True or False, got {server!r}")
         self.function = function
         self.name = name
         self.description = description
         self.input_schema = input_schema
+        self.server = server
 
     def __call__(self, *args, **kwargs):
         return self.function(*args, **kwargs)
@@ -79,19 +89,26 @@ class Tool:
         return {"name": self.name, "description": self.description, "input_schema": copy.deepcopy(self.input_schema)}
 
     def __repr__(self) -> str:
-        return f"Tool({self.name!r})"
+        return f"Tool({self.name!r}, server=True)" if self.server else f"Tool({self.name!r})"
 
 
-def tool(function: Callable) -> Tool:
+def tool(function: Callable | None = None, *, server: bool = False) -> Tool | Callable[[Callable], Tool]:
     """Decorator: build a ``Tool`` from ``function``'s name, type hints and Google-style docstring.
+
+    ``@tool`` makes a client tool; ``@tool(server=True)`` a server tool, which the client runs
+    itself inside the request (see ``Tool``).
 
     Raises ``ToolDefinitionError`` at decoration time, naming the parameter, for anything the
     model could not be told about precisely: a missing type hint or description, an unsupported
     type, ``*args``/``**kwargs``, or an ``Args:`` entry for a parameter that doesn't exist.
     """
+    if function is None:
+        return functools.partial(tool, server=server)
+    if not callable(function):
+        raise TypeError(f"@tool decorates a function, got {function!r}; write @tool or @tool(server=True)")
     description, argument_docs = parse_docstring(function)
     schema = input_schema(function, argument_docs)
-    return Tool(function, name=function.__name__, description=description, input_schema=schema)
+    return Tool(function, name=function.__name__, description=description, input_schema=schema, server=server)
 
 
 def parse_docstring(function: Callable) -> tuple[str, dict[str, str]]:
@@ -431,4 +448,51 @@ def get_weather(city: str, day: Literal["today", "tomorrow"] = "today") -> dict:
     }
 
 
+SEARCH_RESULTS = 2  # hits web_search returns: two titles and snippets fit beside a conversation in 256 tokens
+
+
+@tool(server=True)
+def web_search(query: str) -> str:
+    """Search the course's documents, a small stand-in for the web.
+
+    A server tool: the client runs it inside the request, as a hosted API runs its web search.
+    The result is a JSON object from each hit's title to its snippet, the best of the
+    ``SEARCH_RESULTS`` hits first (``{}`` when nothing matches), from ``llmkit.search`` over
+    ``data/docs``. Only a title and one sentence per hit enter the context, and as an object
+    rather than a list of ``{"title": ..., "snippet": ...}`` records, which the course tokenizer
+    (trained on Shakespeare, not JSON) writes in nearly twice the tokens, and the course model
+    reads only 256.
+
+    Args:
+        query: A few words to search for, such as "monsoon in Pune" or "KV cache".
+    """
+    from llmkit.search import course_index  # here, so importing llmkit.tools stays light
+
+    results: dict[str, str] = {}
+    for hit in course_index().search(query, k=SEARCH_RESULTS):
+        title = hit.title if hit.title not in results else f"{hit.title} ({hit.path})"  # keys must differ
+        results[title] = hit.snippet
+    return json.dumps(results, ensure_ascii=False)
+
+
+@tool
+def send_email(to: str, body: str) -> str:
+    """Send an email from the user's account. Simulated: nothing is sent, nothing leaves the machine.
+
+    The course's example of a tool that *acts* in the user's name: the kind a prompt injection
+    wants the model to call (notebook 11). The defences belong to the harness, not to this
+    function: offer it only to a task that needs it, and ask a human first
+    (``run_tool_call(..., approve=...)``). It only reports what it would have sent.
+
+    Args:
+        to: The recipient's address, such as "ada@example.com".
+        body: The text of the email.
+    """
+    to = to.strip()
+    if "@" not in to:
+        raise ValueError(f"to must be an email address such as 'ada@example.com', got {to!r}")
+    return f"simulated: {len(body)} characters to {to} would have been sent (nothing was sent)"
+
+
 EXAMPLE_TOOLS = [calculator, count_letters, get_weather]
+"""The client tools the chat model is fine-tuned with. ``web_search`` (a server tool) is separate."""

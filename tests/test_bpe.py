@@ -13,8 +13,9 @@ from llmkit.paths import data_path
 
 
 def train_both(documents, n_merges, pattern):
-    chunk_counts = bpe.count_chunks(documents, bpe.resolve_pattern(pattern))
-    return bpe.train_reference(chunk_counts, n_merges), bpe.train_fast(chunk_counts, n_merges)
+    pattern = bpe.resolve_pattern(pattern)
+    reference = bpe.train_reference(bpe.split_chunks(documents, pattern), n_merges)
+    return reference, bpe.train_fast(bpe.count_chunks(documents, pattern), n_merges)
 
 
 def token_bytes_in_merge_order(merges):
@@ -44,13 +45,34 @@ def test_merge_pair_is_left_to_right_and_non_overlapping():
 def test_ties_go_to_the_smallest_pair_of_ids():
     assert bpe.best_pair({(5, 1): 3, (2, 9): 3, (2, 8): 3, (0, 0): 2}) == (2, 8)
     # "aaabdaaabac": (a,a) wins with 4; then (256,a) and (a,b) tie at 2 and (97, 98) is smaller.
-    for trainer in (bpe.train_reference, bpe.train_fast):
-        assert trainer(Counter({"aaabdaaabac": 1}), 3) == [(97, 97), (97, 98), (256, 257)]
+    assert bpe.train_reference(["aaabdaaabac"], 3) == [(97, 97), (97, 98), (256, 257)]
+    assert bpe.train_fast(Counter({"aaabdaaabac": 1}), 3) == [(97, 97), (97, 98), (256, 257)]
 
 
 def test_trainers_stop_when_no_pair_is_left():
-    for trainer in (bpe.train_reference, bpe.train_fast):
-        assert trainer(Counter({"ab": 3, "c": 1}), 10) == [(97, 98)]
+    assert bpe.train_reference(["ab", "c", "ab", "ab"], 10) == [(97, 98)]
+    assert bpe.train_fast(Counter({"ab": 3, "c": 1}), 10) == [(97, 98)]
+
+
+def test_every_occurrence_of_a_chunk_counts():
+    # "cd" twice beats "ab" once; with one vote per distinct chunk, the tie would go to (a, b).
+    assert bpe.train_reference(["ab", "cd", "cd"], 1) == [(99, 100)]
+    assert bpe.train_fast(bpe.count_chunks(["ab", "cd", "cd"], bpe.GPT4_PATTERN), 1) == [(99, 100)]
+
+
+def test_count_chunks_counts_what_split_chunks_cuts():
+    documents = ["the cat sat, the cat ran.\n\n", "", "dog's 12345 days"]
+    for pattern in (bpe.GPT4_PATTERN, bpe.GPT2_PATTERN, None):
+        chunks = bpe.split_chunks(documents, pattern)
+        assert "".join(chunks) == "".join(documents)  # nothing lost, in order
+        assert bpe.count_chunks(documents, pattern) == Counter(chunks)
+
+
+def test_reference_trainer_refuses_chunk_counts():
+    with pytest.raises(TypeError, match="split_chunks"):
+        bpe.train_reference(Counter({"ab": 3}), 1)
+    with pytest.raises(TypeError, match="split_chunks"):
+        bpe.train_reference("ab ab", 1)
 
 
 @settings(max_examples=300, deadline=None)
@@ -112,9 +134,9 @@ def test_fast_trainer_matches_rustbpe_on_the_course_corpus_at_vocab_4096(corpus_
 def test_reference_and_fast_trainers_agree_on_the_course_heldout_text_at_vocab_1024():
     # The held-out part of the course corpus (244 KB): the reference trainer recounts every pair
     # at every merge, which takes minutes on the 4.8 MB training part. Fast == rustbpe covers that.
-    text = data_path("corpus", "heldout.txt").read_text(encoding="utf-8")
-    chunk_counts = bpe.count_chunks(text.split("<|endoftext|>"), bpe.GPT4_PATTERN)
-    assert bpe.train_fast(chunk_counts, 1024 - 256) == bpe.train_reference(chunk_counts, 1024 - 256)
+    documents = data_path("corpus", "heldout.txt").read_text(encoding="utf-8").split("<|endoftext|>")
+    fast = bpe.train_fast(bpe.count_chunks(documents, bpe.GPT4_PATTERN), 1024 - 256)
+    assert fast == bpe.train_reference(bpe.split_chunks(documents, bpe.GPT4_PATTERN), 1024 - 256)
 
 
 def test_resolve_pattern():

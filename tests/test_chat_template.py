@@ -43,16 +43,9 @@ def control_sequence(tok, ids):
     return [names[i] for i in ids if i in names]
 
 
-def spans(ids, mask):
-    """The runs of consecutive masked ids."""
-    runs, current = [], []
-    for token, trained in zip(ids, mask):
-        if trained:
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    return runs + ([current] if current else [])
+def trained_texts(tok, rendered):
+    """The decoded text of each stretch the loss mask covers."""
+    return [tok.decode(rendered.ids[start:end]) for start, end in rendered.assistant_spans()]
 
 
 # ---------------------------------------------------------------------------------------------- layout
@@ -125,10 +118,26 @@ def test_mask_covers_exactly_what_the_assistant_wrote(tok):
         '<|tool_call|>{"name": "get_weather", "input": {"city": "Pune", "day": "tomorrow"}}<|end_tool_call|>',
         "No umbrella needed.<|end_turn|>",
     ]
-    assert [tok.decode(run) for run in spans(r.ids, r.mask)] == expected
+    assert trained_texts(tok, r) == expected
     assert {role for role, m in zip(r.roles, r.mask) if m} == {"assistant"}
     unmasked = tok.decode([i for i, m in zip(r.ids, r.mask) if not m])
     assert unmasked.count("<|assistant|>") == 2 and "umbrella needed" not in unmasked
+
+
+def test_assistant_spans_are_the_runs_of_the_mask(tok):
+    header = tok.special_tokens["<|assistant|>"]
+    r = render(tok, weather_messages(), tools=[get_weather], add_generation_prompt=False)
+    spans = r.assistant_spans()
+    assert len(spans) == 2
+    covered = [i for start, end in spans for i in range(start, end)]
+    assert covered == [i for i, trained in enumerate(r.mask) if trained]  # exactly the mask, in order
+    for start, end in spans:
+        assert start < end and r.ids[start - 1] == header  # each follows its (untrained) header
+        assert end == len(r) or not r.mask[end]  # maximal: the run does not go on
+    # an open assistant message (a prefill) runs to the end; a prompt alone has no span at all
+    prefill = render(tok, [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hel"}])
+    assert prefill.assistant_spans() == [(len(prefill) - len(tok.encode("Hel")), len(prefill))]
+    assert render(tok, [{"role": "user", "content": "Hi"}]).assistant_spans() == []
 
 
 # ---------------------------------------------------------------------------------------------- marker safety
@@ -234,7 +243,7 @@ def test_tool_lines_are_compact_schemas():
 def test_viz_shows_the_mask(tok):
     r = render(tok, weather_messages(), tools=[get_weather], add_generation_prompt=False)
     text = viz.masked_text(tok, r)
-    assert re.findall(r"\[(.*?)\]", text, flags=re.S) == [tok.decode(run) for run in spans(r.ids, r.mask)]
+    assert re.findall(r"\[(.*?)\]", text, flags=re.S) == trained_texts(tok, r)
     assert viz.masked_text(tok, r, open_mark="", close_mark="", line_breaks=False) == tok.decode(r.ids)
     assert text.count("\n<|assistant|>") == 2
     rows = viz.token_rows(tok, r)

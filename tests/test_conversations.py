@@ -184,14 +184,8 @@ def expected_assistant_text(message) -> str:
 
 
 def masked_runs(rendered):
-    runs, current = [], []
-    for token, trained in zip(rendered.ids, rendered.mask):
-        if trained:
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    return runs + ([current] if current else [])
+    """The ids of each stretch the loss mask covers (``Rendered.assistant_spans``)."""
+    return [rendered.ids[start:end] for start, end in rendered.assistant_spans()]
 
 
 def test_loss_mask_is_exactly_the_assistant_turns(tok, sample):

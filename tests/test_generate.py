@@ -289,6 +289,82 @@ def test_generate_leaves_the_models_training_mode_alone():
     assert model.training
 
 
+# --- ruling tokens out: suppress_tokens and constraint -------------------------------------------
+
+class OnlyThese:
+    """A TokenConstraint allowing a fixed set of ids (all of them when None) that records what it is told."""
+
+    def __init__(self, allowed_ids=None, vocab_size: int = VOCAB):
+        self.mask = None
+        if allowed_ids is not None:
+            self.mask = torch.zeros(vocab_size, dtype=torch.bool)
+            self.mask[list(allowed_ids)] = True
+        self.told: list[int] = []
+
+    def allowed(self):
+        return self.mask
+
+    def advance(self, token: int) -> None:
+        self.told.append(token)
+
+
+def test_suppressed_tokens_are_never_drawn():
+    model = random_model("llama")
+    params = SamplingParams(temperature=1.0)
+    seen: dict[int, int] = {}
+    for seed in range(5):
+        for sample in generate(model, PROMPT, max_new_tokens=30, sampling=params, seed=seed, num_samples=4).samples:
+            for token in sample.tokens:
+                seen[token] = seen.get(token, 0) + 1
+    banned = sorted(seen, key=seen.get, reverse=True)[:15]  # the tokens this model draws most
+    for seed in range(20):
+        drawn = generate(model, PROMPT, max_new_tokens=30, sampling=params, seed=seed, num_samples=4,
+                         suppress_tokens=banned)
+        assert not {t for s in drawn.samples for t in s.tokens} & set(banned)
+    # greedy takes the best token that is left; the kept logits are still the model's own
+    greedy = generate(model, PROMPT, max_new_tokens=1, keep_logits=True)
+    second = generate(model, PROMPT, max_new_tokens=1, keep_logits=True, suppress_tokens=greedy.tokens)
+    assert second.tokens[0] == int(greedy.logits[0].topk(2).indices[1])
+    assert torch.equal(second.logits, greedy.logits)
+
+
+def test_without_restrictions_generation_is_unchanged():
+    model = random_model("gpt2")
+    params = SamplingParams(temperature=0.9, top_k=40)
+    plain = generate(model, PROMPT, max_new_tokens=40, sampling=params, seed=4, num_samples=3)
+    made: list[OnlyThese] = []
+
+    def anything() -> OnlyThese:
+        made.append(OnlyThese())
+        return made[-1]
+
+    for extra in ({"suppress_tokens": []}, {"constraint": None}, {"constraint": anything}):
+        again = generate(model, PROMPT, max_new_tokens=40, sampling=params, seed=4, num_samples=3, **extra)
+        assert [s.tokens for s in again.samples] == [s.tokens for s in plain.samples]
+    assert [c.told for c in made] == [s.tokens for s in plain.samples]  # one constraint per sample, told its tokens
+
+
+def test_each_sample_keeps_to_its_constraint_and_the_mask_comes_before_top_k():
+    model = random_model("llama")
+    evens = range(0, VOCAB, 2)
+    drawn = generate(model, PROMPT, max_new_tokens=30, sampling=SamplingParams(temperature=1.5), seed=1, num_samples=4,
+                     constraint=lambda: OnlyThese(evens))
+    assert all(t % 2 == 0 for s in drawn.samples for t in s.tokens)
+    # top-k = 1 keeps the best *allowed* token, so it picks what greedy picks under the same constraint
+    first = next_token_logits(model, PROMPT)
+    allowed = [t for t in range(VOCAB) if t != int(first.argmax())][:200]
+    top1 = generate(model, PROMPT, max_new_tokens=1, sampling=SamplingParams(top_k=1), seed=0,
+                    constraint=lambda: OnlyThese(allowed))
+    assert top1.tokens[0] == max(allowed, key=lambda t: first[t])
+
+
+def test_a_constraint_and_suppress_tokens_that_leave_nothing_are_an_error():
+    model = random_model("gpt2")
+    events = stream(model, PROMPT, max_new_tokens=3, suppress_tokens=[7], constraint=lambda: OnlyThese([7]))
+    with pytest.raises(RuntimeError, match="no token left"):
+        next(events)
+
+
 # --- the prefix cache -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -377,6 +453,12 @@ def test_prefix_cache_is_tied_to_one_model_and_its_current_weights():
         ({"num_samples": 0}, ValueError, "num_samples"),
         ({"use_cache": False, "prefix_cache": PrefixCache(2**20)}, ValueError, "use_cache"),
         ({"sampling": {"temperature": 1}}, TypeError, "SamplingParams"),
+        ({"suppress_tokens": 5}, TypeError, "collection"),
+        ({"suppress_tokens": [VOCAB]}, ValueError, "suppress_tokens"),
+        ({"suppress_tokens": range(VOCAB)}, ValueError, "every token"),
+        ({"constraint": OnlyThese()}, TypeError, "function that returns a new TokenConstraint"),
+        ({"constraint": lambda: "free"}, TypeError, "not a TokenConstraint"),
+        ({"constraint": (lambda one: lambda: one)(OnlyThese()), "num_samples": 2}, ValueError, "same object"),
     ],
 )
 def test_bad_requests_get_clear_errors_before_any_work(kwargs, error, message):

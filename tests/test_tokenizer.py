@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmkit import tokenizer as tokenizer_module
 from llmkit import tokenizer_file
 from llmkit.paths import DATA_DIR, data_path
 from llmkit.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer
@@ -93,6 +94,16 @@ def test_encode_batch_and_encode_ordinary(small):
     assert small.encode_batch(texts, disallowed_special=()) == [small.encode(t, disallowed_special=()) for t in texts]
     assert small.encode_ordinary("<|user|>") == small.encode("<|user|>", disallowed_special=())
     assert small.encode("") == [] and small.decode([]) == ""
+
+
+def test_the_chunk_cache_stays_bounded_and_never_changes_the_ids(shipped, monkeypatch):
+    text = data_path("corpus", "heldout.txt").read_text(encoding="utf-8")[:20_000]
+    expected = shipped.to_tiktoken().encode_ordinary(text)
+    monkeypatch.setattr(tokenizer_module, "CHUNK_CACHE_LIMIT", 50)
+    fresh = Tokenizer(shipped.mergeable_ranks, special_tokens=shipped.special_tokens)
+    assert fresh.encode_ordinary(text) == expected  # the cache starts over many times on the way
+    assert 0 < len(fresh._cache) <= 50
+    assert fresh.encode_ordinary(text) == expected  # and again from a partly filled cache
 
 
 @pytest.mark.slow  # ~5 s: hypothesis generates 2,500 texts

@@ -81,6 +81,29 @@ TIKTOKEN_CL100K = get_cl100k()
 CL100K = Tokenizer.from_tiktoken(TIKTOKEN_CL100K)
 
 
+SPECIAL_NAMES = sorted(TIKTOKEN_CL100K.special_tokens_set)
+
+
+def encode_or_error(tokenizer, text: str, **kwargs):
+    """The ids, or the name of the special token the encoder refused (both engines name it)."""
+    try:
+        return tokenizer.encode(text, **kwargs)
+    except ValueError as exc:
+        return next((name for name in SPECIAL_NAMES if name in str(exc)), "error")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(["ab", " c", "\n", "<|", "|>", "endoftext", *SPECIAL_NAMES]), max_size=8),
+    allowed=st.sampled_from(["all", frozenset()]) | st.frozensets(st.sampled_from(SPECIAL_NAMES)),
+    disallowed=st.sampled_from(["all", ()]) | st.frozensets(st.sampled_from(SPECIAL_NAMES)),
+)
+def test_cl100k_special_token_rules_equal_tiktoken(pieces, allowed, disallowed):
+    text = "".join(pieces)
+    kwargs = {"allowed_special": allowed, "disallowed_special": disallowed}
+    assert encode_or_error(CL100K, text, **kwargs) == encode_or_error(TIKTOKEN_CL100K, text, **kwargs)
+
+
 def test_cl100k_on_shakespeare(ours_cl100k, tiktoken_cl100k):
     text = data_path("corpus", "heldout.txt").read_text(encoding="utf-8")[:60_000]
     assert ours_cl100k.encode_ordinary(text) == tiktoken_cl100k.encode_ordinary(text)

@@ -1,11 +1,21 @@
-"""Notebook pictures of a ``llmkit.trace.Trace``: where the time of a request or an agent run went.
+"""Notebook pictures of a ``llmkit.trace.Trace``: where the time and the money of a request went.
 
-``timeline_rows`` turns the events into plain rows (testable without a display);
-``plot_trace`` draws them as a timeline: prefill, decode and tool runs as bars, one lane each.
+Plain data first (testable without a display): ``timeline_rows`` (one row per timed event),
+``request_rows`` (one ``RequestRow`` per request: its prompt by part, tokens, stop reason,
+timings and bill), ``event_story`` (one event in words) and ``itemised_bill`` (the bill as text,
+thinking split out of the output). Then the pictures: ``plot_trace`` (prefill, decode and tool
+runs as bars), ``plot_timeline`` (the same story with the harness's steps and thinking marked,
+notebook 10), ``plot_bill`` (tokens and dollars per request) and ``trace_stepper``, a slider that
+walks through the events one at a time.
 """
 from __future__ import annotations
 
-from llmkit.trace import Trace
+import html
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llmkit.trace import Bill, Event, Trace
 
 LANES = {"prefill": "prefill (reading the prompt)", "answer": "decode (writing the reply)",
          "tool_call": "tool run (the harness)"}
@@ -49,3 +59,328 @@ def plot_trace(trace: Trace, title: str = "Where the time went"):
     ax.set_title(f"{title} (total ${trace.bill().total:.6f})")
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- one row per request
+
+@dataclass(frozen=True)
+class RequestRow:
+    """One request of a trace: its prompt by part, its tokens, why it stopped, its timings and bill.
+
+    ``history`` counts the earlier messages re-sent with it; ``new_message`` the newest message (a
+    user message or a tool result) plus the ``<|assistant|>`` header that asks for the reply. Of the
+    prompt, ``input_tokens`` were computed and ``cache_read_tokens`` came from the prompt cache;
+    ``output_tokens`` includes the ``thinking_tokens``. Times are in seconds. (With a server tool
+    the model reads its context again after the result, so the input counts every round's prompt.)"""
+
+    number: int  # 1, 2, ... in the order of the trace
+    id: str
+    system: int
+    tools: int
+    history: int
+    new_message: int
+    dropped_messages: int
+    input_tokens: int
+    cache_read_tokens: int
+    output_tokens: int
+    thinking_tokens: int
+    stop_reason: str
+    time_to_first_token: float
+    decode_time: float
+    bill: Bill
+    text: str
+    rounds: int = 1  # generations: more than one when the client ran a server tool inside the request
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_tokens
+
+    @property
+    def billed_tokens(self) -> int:
+        """Every token on the bill: the whole prompt (cached or not) plus the output."""
+        return self.prompt_tokens + self.output_tokens
+
+    @property
+    def cost(self) -> float:
+        return self.bill.total
+
+
+REQUEST_EVENTS = ("context", "prefill", "thinking", "answer", "bill")
+
+
+def request_rows(trace: Trace) -> list[RequestRow]:
+    """One row per request recorded by ``Client.messages.create(..., trace=trace)``, in order.
+
+    A request's events run from its "request" event to the next one; the agent loop's tool events
+    in between belong to no request and are skipped. A request in which the client ran a server
+    tool has several generations (a prefill, decode and maybe thinking each): its row adds them
+    up, as its bill does, and keeps the first time to first token and the last stop reason."""
+    groups: list[dict[str, list[Event]]] = []
+    for event in trace.events:
+        if event.kind == "request":
+            groups.append({"request": [event]})
+        elif groups and event.kind in REQUEST_EVENTS:
+            groups[-1].setdefault(event.kind, []).append(event)
+    return [_request_row(number, group) for number, group in enumerate(groups, start=1)]
+
+
+def _request_row(number: int, group: dict[str, list[Event]]) -> RequestRow:
+    missing = [kind for kind in ("context", "prefill", "answer", "bill") if kind not in group]
+    if missing:
+        raise ValueError(f"request {group['request'][0].data.get('id', number)} has no {', '.join(missing)} event: "
+                         f"record traces with Client.messages.create(..., trace=trace) or run_agent(..., trace=trace)")
+    context, prefills, answers = group["context"][0].data, group["prefill"], group["answer"]
+    return RequestRow(
+        number, group["request"][0].data.get("id", ""), context["system"], context["tools"], context["history"],
+        context["new_message"], context.get("dropped_messages", 0),
+        input_tokens=sum(p.data["input_tokens"] for p in prefills),
+        cache_read_tokens=sum(p.data["cache_read_tokens"] for p in prefills),
+        output_tokens=sum(a.data["output_tokens"] for a in answers),
+        thinking_tokens=sum(t.data["tokens"] for t in group.get("thinking", [])),
+        stop_reason=answers[-1].data["stop_reason"], time_to_first_token=prefills[0].duration,
+        decode_time=sum(a.duration for a in answers), bill=group["bill"][-1].data["bill"],
+        text="".join(a.data.get("text", "") for a in answers), rounds=len(answers))
+
+
+def median_time_to_first_token(runs: Sequence[Sequence[RequestRow]]) -> list[float]:
+    """Per request, the median time to first token over several runs of the same requests
+    (timings on a shared machine are noisy; the median of a few runs is steadier than one)."""
+    if not runs or len({len(run) for run in runs}) != 1:
+        raise ValueError(f"runs must be one or more runs with the same number of requests, got lengths "
+                         f"{[len(run) for run in runs]}")
+    return [statistics.median(run[i].time_to_first_token for run in runs) for i in range(len(runs[0]))]
+
+
+# ---------------------------------------------------------------- in words
+
+def _call_text(content: list[dict]) -> str:
+    calls = [block for block in content if block["type"] == "tool_use"]
+    if not calls:
+        return "(no readable call)"
+    call = calls[0]
+    if "error" in call or not isinstance(call.get("input"), dict):
+        return f"a call the harness cannot read ({call.get('error', 'not JSON')})"
+    arguments = ", ".join(f"{key}={value!r}" for key, value in call["input"].items())
+    return f"{call['name']}({arguments})"
+
+
+def event_story(event: Event) -> str:
+    """One event of a trace in plain words: what happened, and who did it (the model or our code)."""
+    d, ms = event.data, 1000 * event.duration
+    if event.kind == "request":
+        return (f"Request {d.get('id', d.get('request'))} leaves the app. The model keeps nothing between requests: "
+                f"it sees only what this one carries.")
+    if event.kind == "context":
+        dropped = (f" The context policy dropped the {d['dropped_messages']} oldest message(s) to fit the window."
+                   if d.get("dropped_messages") else "")
+        return (f"The harness builds the prompt: {d['total']} tokens = system prompt {d['system']} + tool "
+                f"definitions {d['tools']} + earlier messages re-sent {d['history']} + the new message "
+                f"{d['new_message']}.{dropped}")
+    if event.kind == "prefill":
+        return (f"The model reads the prompt in one pass: {d['cache_read_tokens']} tokens come from the prompt "
+                f"cache (kept from an earlier request with the same start), {d['input_tokens']} are computed. "
+                f"The first new token comes after {ms:.1f} ms.")
+    if event.kind == "thinking":
+        return (f"It thinks first: {d['tokens']} tokens, generated one at a time like any other output and "
+                f"billed as output, before it answers.")
+    if event.kind == "answer":
+        reason, tokens = d["stop_reason"], d["output_tokens"]
+        if reason == "tool_use":
+            what = (f"It writes a tool call, {_call_text(d.get('content', []))}, and stops (stop reason tool_use). "
+                    f"The call is only text: the model runs nothing.")
+        elif reason == "end_turn":
+            what = f"It writes its answer, {d['text']!r}, and ends it with <|end_turn|> (stop reason end_turn)."
+        else:
+            what = f"It writes {d['text']!r} and stops with stop reason {reason}."
+        return f"{what} {tokens} output tokens, written in {ms:.1f} ms."
+    if event.kind == "bill":
+        bill = d["bill"]
+        return (f"This request's bill: {bill.input_tokens} input tokens, {bill.cache_read_tokens} cache reads, "
+                f"{bill.output_tokens} output tokens = ${bill.total:.6f}.")
+    if event.kind == "tool_call":
+        error = " It failed; the error goes back to the model as the result." if d.get("is_error") else ""
+        arguments = ", ".join(f"{k}={v!r}" for k, v in d["input"].items()) if isinstance(d.get("input"), dict) else ""
+        if d.get("server"):
+            return (f"{d['name']} is a server tool: the API runs {d['name']}({arguments}) itself, inside the "
+                    f"same request, in {ms:.1f} ms, and the model reads the result straight away.{error}")
+        return f"The harness (our code, not the model) runs {d['name']}({arguments}) in {ms:.1f} ms.{error}"
+    if event.kind == "tool_result":
+        tokens = "?" if d.get("tokens") is None else d["tokens"]
+        return f"The result goes back to the model as {tokens} tokens of the next request: {d['content']}"
+    if event.kind == "final":
+        return (f"The loop ends: the model answered instead of asking for a tool (stop reason {d['stop_reason']}). "
+                f"The app shows: {d['text']!r}")
+    return f"{event.kind}: " + ", ".join(f"{key}={value}" for key, value in d.items())
+
+
+def itemised_bill(rows: Sequence[RequestRow]) -> str:
+    """The bill per request with the output split into thinking and the rest, then the totals in dollars."""
+    if not rows:
+        raise ValueError("rows is empty: pass request_rows(trace) of a trace with at least one request")
+    prices = rows[0].bill.prices
+    header = f"{'request':<10}{'cache read':>11}{'input':>8}{'thinking':>10}{'other output':>14}{'dollars':>12}"
+    lines = [header]
+    for row in rows:
+        lines.append(f"{row.id:<10}{row.cache_read_tokens:>11}{row.input_tokens:>8}{row.thinking_tokens:>10}"
+                     f"{row.output_tokens - row.thinking_tokens:>14}{row.cost:>12.6f}")
+    totals = {"cache read": (sum(r.cache_read_tokens for r in rows), prices.cache_read),
+              "input": (sum(r.input_tokens for r in rows), prices.input),
+              "thinking": (sum(r.thinking_tokens for r in rows), prices.output),
+              "other output": (sum(r.output_tokens - r.thinking_tokens for r in rows), prices.output)}
+    lines.append("")
+    for label, (tokens, price) in totals.items():
+        lines.append(f"{label:<13}{tokens:>6} tokens x ${price:g}/M = ${tokens * price / 1e6:.6f}")
+    lines.append(f"{'total':<13}{'':>6}                   ${sum(r.cost for r in rows):.6f}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- pictures
+
+BILL_PARTS = (("cache read", "tab:green"), ("input", "tab:blue"), ("thinking", "tab:purple"),
+              ("other output", "tab:orange"))
+
+
+def _bill_parts(row: RequestRow) -> dict[str, tuple[int, float]]:
+    """Tokens and price per million tokens for each part of a request's bill."""
+    prices = row.bill.prices
+    return {"cache read": (row.cache_read_tokens, prices.cache_read), "input": (row.input_tokens, prices.input),
+            "thinking": (row.thinking_tokens, prices.output),
+            "other output": (row.output_tokens - row.thinking_tokens, prices.output)}
+
+
+def plot_bill(rows: Sequence[RequestRow], title: str = "The bill, itemised"):
+    """Per request: tokens (left) and dollars (right), split into cache reads, new input, thinking
+    and the rest of the output. Output is few tokens but most of the money."""
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        raise ValueError("rows is empty: pass request_rows(trace) of a trace with at least one request")
+    labels = [f"{row.number}\n{row.stop_reason}" for row in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    tokens_bottom, dollars_bottom = [0.0] * len(rows), [0.0] * len(rows)
+    for part, colour in BILL_PARTS:
+        tokens = [_bill_parts(row)[part][0] for row in rows]
+        dollars = [n * _bill_parts(row)[part][1] / 1e6 for n, row in zip(tokens, rows)]
+        left.bar(labels, tokens, bottom=tokens_bottom, color=colour, label=part)
+        right.bar(labels, dollars, bottom=dollars_bottom, color=colour, label=part)
+        tokens_bottom = [a + b for a, b in zip(tokens_bottom, tokens)]
+        dollars_bottom = [a + b for a, b in zip(dollars_bottom, dollars)]
+    left.set_xlabel("request (and its stop reason)")
+    left.set_ylabel("tokens")
+    left.set_title("Tokens")
+    right.set_xlabel("request (and its stop reason)")
+    right.set_ylabel("dollars")
+    right.set_title("Dollars")
+    right.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+    left.legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"{title} (total ${sum(row.cost for row in rows):.6f})")
+    fig.tight_layout()
+    return fig
+
+
+TIMELINE_LANES = ("harness (our code)", "prefill (read the prompt)", "decode (write the reply)")
+# marker, colour, legend text and height within the harness lane (events that happen at almost the
+# same moment, such as a bill and the next tool run, then stay visible side by side)
+MARKERS = {"request": (">", "black", "request sent", 0.0),
+           "tool_result": ("<", "tab:green", "tool result sent back", 0.0),
+           "bill": (r"$\$$", "tab:red", "bill", -0.3),
+           "final": ("*", "gold", "final answer shown", 0.25)}
+
+
+def _thinking_share(events: list[Event], index: int) -> tuple[float, float]:
+    """For the thinking event at ``index``: the start and length of its part of the next decode bar.
+    The trace records thinking as a token count; a decode step takes about the same time for every
+    token, so its share of the bar is its share of the output tokens."""
+    thinking = events[index]
+    answer = next((e for e in events[index + 1:] if e.kind == "answer"), None)
+    if answer is None or not answer.data.get("output_tokens"):
+        return thinking.t, 0.0
+    return answer.t, answer.duration * min(thinking.data["tokens"] / answer.data["output_tokens"], 1.0)
+
+
+def plot_timeline(trace: Trace, *, upto: int | None = None, title: str = "One request, traced"):
+    """The trace as a timeline in three lanes: our code (requests sent, tool runs, results, the bill),
+    the model's prefill, and its decode with the thinking part hatched.
+
+    ``upto`` draws only the first ``upto`` events (in time order) and outlines the last one in red,
+    for stepping through; the axes keep the whole trace's scale."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    events = sorted(trace.events, key=lambda event: event.t)
+    if not events:
+        raise ValueError("the trace is empty: record one with Client.messages.create(..., trace=trace) first")
+    shown = len(events) if upto is None else upto
+    if not 1 <= shown <= len(events):
+        raise ValueError(f"upto must be between 1 and {len(events)} (the number of events), got {upto}")
+    span_ms = 1000 * max(event.t + event.duration for event in events) or 1.0
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    for index, event in enumerate(events[:shown]):
+        current = index == shown - 1 and upto is not None
+        edge = {"edgecolor": "red", "linewidth": 2.0} if current else {"edgecolor": "black", "linewidth": 0.5}
+        start, width, lane = 1000 * event.t, max(1000 * event.duration, span_ms / 250), None
+        if event.kind == "prefill":
+            lane, colour, label = 1, "tab:blue", (f"{event.data['input_tokens']} new + "
+                                                  f"{event.data['cache_read_tokens']} cached")
+        elif event.kind == "answer":
+            lane, colour, label = 2, "tab:orange", f"{event.data['output_tokens']} tokens, {event.data['stop_reason']}"
+        elif event.kind == "tool_call":
+            lane, colour, label = 0, "tab:green", event.data.get("name", "tool") + (
+                " (server tool, run by the API)" if event.data.get("server") else "")
+        elif event.kind == "thinking":
+            thinking_start, thinking_width = _thinking_share(events, index)
+            ax.barh(2, max(1000 * thinking_width, span_ms / 250), left=1000 * thinking_start, height=0.6,
+                    color="tab:purple", hatch="//", zorder=3, **edge)
+            continue
+        elif event.kind in MARKERS:
+            marker, colour, _, height = MARKERS[event.kind]
+            ax.plot([start], [height], marker=marker, markersize=11 if current else 8, color=colour,
+                    markeredgecolor="red" if current else colour, linestyle="none", zorder=4)
+            continue
+        else:  # "context" happens at the same moment as its request: the request marker stands for it
+            if current:
+                ax.axvline(start, color="red", linestyle=":", linewidth=1)
+            continue
+        ax.barh(lane, width, left=start, height=0.6, color=colour, zorder=2, **edge)
+        ax.annotate(label, (start, lane - 0.38), fontsize=7)
+    ax.set_yticks(range(len(TIMELINE_LANES)), TIMELINE_LANES)
+    ax.set_ylim(-0.7, len(TIMELINE_LANES) - 0.3)
+    ax.invert_yaxis()
+    ax.set_xlim(-0.01 * span_ms, 1.03 * span_ms)
+    ax.set_xlabel("time since the trace started (ms)")
+    handles = [Patch(color="tab:blue", label="prefill"), Patch(color="tab:orange", label="decode"),
+               Patch(facecolor="tab:purple", hatch="//", label="thinking (its share of the decode)"),
+               Patch(color="tab:green", label="tool run")]
+    handles += [Line2D([], [], marker=marker, color=colour, linestyle="none", label=text)
+                for marker, colour, text, _ in MARKERS.values()]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title(f"{title} (total ${trace.bill().total:.6f})")
+    fig.tight_layout()
+    return fig
+
+
+def trace_stepper(trace: Trace, *, step: int = 1):
+    """A slider over the events of a trace: each step says what happened in words and draws the
+    timeline up to that event (outlined in red)."""
+    import ipywidgets as widgets  # imported here so `import llmkit` never needs ipywidgets
+
+    from llmkit.viz.sampling import png_bytes
+
+    events = sorted(trace.events, key=lambda event: event.t)
+    if not events:
+        raise ValueError("the trace is empty: record one with Client.messages.create(..., trace=trace) first")
+    slider = widgets.IntSlider(value=min(max(step, 1), len(events)), min=1, max=len(events), description="step",
+                               continuous_update=False)
+    text = widgets.HTML()
+    picture = widgets.Image(format="png")
+
+    def redraw(_change=None) -> None:
+        event = events[slider.value - 1]
+        text.value = (f"<p>Step <b>{slider.value}</b> of {len(events)}, at {1000 * event.t:.1f} ms: "
+                      f"<b>{html.escape(event.kind)}</b>. {html.escape(event_story(event))}</p>")
+        picture.value = png_bytes(plot_timeline(trace, upto=slider.value))
+
+    slider.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([slider, text, picture])

@@ -1,0 +1,209 @@
+"""Notebook 07's pictures, tables and widgets, headless: replies stop where a harness stops, the
+committed logs and results are read in the right order and summarised truthfully, DPO margins
+agree with llmkit.finetune's loss, and each widget redraws when a control moves."""
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from llmkit.chat_template import render  # noqa: E402
+from llmkit.conversations import KINDS, make_conversations, make_preferences  # noqa: E402
+from llmkit.finetune import dpo_loss  # noqa: E402
+from llmkit.model import ModelConfig  # noqa: E402
+from llmkit.paths import data_path  # noqa: E402
+from llmkit.viz import chat as chat_viz  # noqa: E402
+from llmkit.viz import post_training as viz  # noqa: E402
+from scripted_model import ScriptedModel  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+HELLO = [{"role": "user", "content": "Hello!"}]
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def assert_titled_and_labelled(fig):
+    assert fig.axes, "no axes drawn"
+    for ax in fig.axes:
+        assert ax.get_title(), "a panel has no title"
+        assert ax.get_xlabel() and ax.get_ylabel(), f"panel {ax.get_title()!r} lacks an axis label"
+
+
+def scripted(tokenizer, text_ids: list[int], prompt_length: int, context_length: int = 64) -> ScriptedModel:
+    torch.manual_seed(0)
+    config = ModelConfig.llama(vocab_size=tokenizer.vocab_size, context_length=context_length, d_model=32,
+                               n_layers=1, n_heads=4)
+    return ScriptedModel(config, text_ids, prompt_length).eval()
+
+
+# ---------------------------------------------------------------------------------------------- replies
+def test_one_turn_stops_where_a_harness_stops(tokenizer):
+    prompt_length = len(render(tokenizer, HELLO))
+    end_turn, end_call = tokenizer.special_tokens["<|end_turn|>"], tokenizer.special_tokens["<|end_tool_call|>"]
+    hi = tokenizer.encode("Hi there")
+    answer = viz.one_turn(scripted(tokenizer, hi + [end_turn] + hi, prompt_length), tokenizer, HELLO, name="m")
+    assert answer == viz.Reply("m", "Hi there<|end_turn|>", "end_turn", len(hi) + 1)
+    call = viz.one_turn(scripted(tokenizer, hi + [end_call] + hi, prompt_length), tokenizer, HELLO)
+    assert call.stop_reason == "tool_use" and call.text.endswith("<|end_tool_call|>")
+    rambling = viz.one_turn(scripted(tokenizer, hi * 20, prompt_length), tokenizer, HELLO, max_new_tokens=5)
+    assert rambling.stop_reason == "max_tokens" and rambling.output_tokens == 5
+
+
+def test_one_turn_refuses_a_prompt_that_fills_the_context(tokenizer):
+    model = scripted(tokenizer, [], 0, context_length=16)
+    with pytest.raises(ValueError, match="fills the model's context of 16"):
+        viz.one_turn(model, tokenizer, [{"role": "user", "content": "a long question " * 10}])
+
+
+def test_model_comparer_shows_each_model_and_redraws(tokenizer):
+    prompt_length = len(render(tokenizer, HELLO))
+    end_turn = tokenizer.special_tokens["<|end_turn|>"]
+    models = {"first": scripted(tokenizer, tokenizer.encode("Hi") + [end_turn], prompt_length),
+              "second": scripted(tokenizer, tokenizer.encode("Yo") + [end_turn], prompt_length)}
+    prompts = {"hello": {"messages": HELLO}, "long": {"messages": [{"role": "user", "content": "Tell me more."}]}}
+    widget = viz.model_comparer(models, tokenizer, prompts)
+    chooser, shown = widget.children
+    assert "first" in shown.value and "second" in shown.value
+    assert "Hi&lt;|end_turn|&gt;" in shown.value and "Yo&lt;|end_turn|&gt;" in shown.value and "end_turn" in shown.value
+    first_view = shown.value
+    chooser.value = "long"
+    assert shown.value != first_view
+    chooser.value = "hello"
+    assert shown.value == first_view  # greedy: the same prompt shows the same replies
+    with pytest.raises(ValueError, match="prompt must be one of"):
+        viz.model_comparer(models, tokenizer, prompts, prompt="missing")
+
+
+# ---------------------------------------------------------------------------------------------- logs
+def write_log(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_stage_logs_come_in_stage_order(tmp_path):
+    for name, last in (("sft", 10), ("sft2", 20), ("sft10", 30)):
+        write_log(tmp_path / f"{name}_log.jsonl", [{"kind": "eval", "step": 0, "heldout_loss": 5.0},
+                                                  {"kind": "train", "step": last, "loss": 1.0}])
+    write_log(tmp_path / "dpo_log.jsonl", [{"kind": "train", "step": 1, "loss": 0.7}])
+    stages = viz.stage_logs(tmp_path)
+    assert [name for name, _ in stages] == ["sft stage 1", "sft stage 2", "sft stage 10"]  # numeric, not "sft10" < "sft2"
+    assert [log[-1]["step"] for _, log in stages] == [10, 20, 30]
+    assert [name for name, _ in viz.stage_logs(tmp_path, stage="dpo")] == ["dpo stage 1"]
+    fig = viz.plot_stage_logs(stages)
+    assert_titled_and_labelled(fig)
+    starts = [line.get_xdata()[0] for line in fig.axes[0].lines if "training" in line.get_label()]
+    assert starts == [10, 10 + 20, 10 + 20 + 30]  # each stage's steps continue after the one before
+    with pytest.raises(FileNotFoundError, match="python -m llmkit.finetune"):
+        viz.stage_logs(tmp_path / "..", stage="nothing")
+
+
+def test_committed_logs_read_and_plot():
+    stages = viz.stage_logs()
+    assert stages and all(any(r["kind"] == "train" for r in log) for _, log in stages)
+    assert stages[0][1][0] == {"kind": "eval", "step": 0, "heldout_loss": stages[0][1][0]["heldout_loss"]}
+    dpo = viz.stage_logs(stage="dpo")[0][1]
+    assert_titled_and_labelled(viz.plot_dpo_log(dpo))
+
+
+# ---------------------------------------------------------------------------------------------- DPO
+def test_pair_rewards_agree_with_the_dpo_loss(tokenizer, tiny_llama):
+    pairs = make_preferences(3, split="heldout", seed=0)
+    reference = tiny_llama(tokenizer.vocab_size, context_length=256)
+    same = viz.pair_rewards(reference, reference, tokenizer, pairs, beta=0.1)
+    assert [row["margin"] for row in same] == [0.0, 0.0, 0.0]  # policy = reference: no preference yet
+    policy = tiny_llama(tokenizer.vocab_size, context_length=256)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    rows = viz.pair_rewards(policy, reference, tokenizer, pairs, beta=0.5)
+    column = lambda key: torch.tensor([row[key] for row in rows])  # noqa: E731
+    loss, accuracy = dpo_loss(column("policy_chosen"), column("policy_rejected"), column("reference_chosen"),
+                              column("reference_rejected"), beta=0.5)
+    margins = column("margin")
+    assert -torch.nn.functional.logsigmoid(margins).mean().item() == pytest.approx(loss.item(), rel=1e-5)
+    assert (margins > 0).float().mean().item() == pytest.approx(accuracy.item())
+    assert margins.abs().min() > 0
+    for row, pair in zip(rows, pairs):
+        ids = pair.render(tokenizer)
+        assert row["chosen"] == tokenizer.decode(ids["chosen"]) and row["rejected"] == tokenizer.decode(ids["rejected"])
+        assert row["question"] == pair.prompt[-1]["content"] and row["kind"] == pair.kind
+    with pytest.raises(ValueError, match="pairs is empty"):
+        viz.pair_rewards(policy, reference, tokenizer, [])
+
+
+# ---------------------------------------------------------------------------------------------- tables
+def test_evals_rows_keep_only_model_scores():
+    rows = viz.evals_rows()
+    committed = json.loads(data_path("models", "chat", "evals.json").read_text())
+    assert {"base", "chat"} <= {row["name"] for row in rows}
+    assert all(isinstance(committed[row["name"]], dict) for row in rows) and "command" not in {r["name"] for r in rows}
+    for row in rows:
+        assert row["tool_call_valid"] == committed[row["name"]]["tool_call_valid"]
+    made_up = {"note": "text", "m": {"model": "x", "tool_call_valid": 0.5}, "other": {"loss": 1.0}}
+    assert viz.evals_rows(made_up, metrics=["tool_call_valid"]) == [{"name": "m", "model": "x", "tool_call_valid": 0.5}]
+
+
+def test_format_table_aligns_rounds_and_shortens_for_display_only():
+    rows = [{"name": "a", "score": 0.12345, "text": "x" * 40}, {"name": "bbb", "score": 1.0, "text": "short"}]
+    lines = viz.format_table(rows, ["name", "score", "text"], width=10).splitlines()
+    assert len({len(line) for line in lines}) == 1  # every column padded to its widest cell
+    assert lines[1].split() == ["----", "-----", "-" * 10]  # the widest cell of each column, header included
+    assert "0.123" in lines[2] and "1.000" in lines[3] and "x" * 9 + "…" in lines[2]
+    assert rows[0]["text"] == "x" * 40  # the data keep every character
+
+
+# ---------------------------------------------------------------------------------------------- strawberry
+def test_strawberry_rows_summaries_match_their_items():
+    rows = viz.strawberry_rows()
+    assert [r["format"] for r in rows] == sorted((r["format"] for r in rows),
+                                                 key=["direct", "spelled", "tool", "spell"].index)
+    for row in rows:
+        recomputed = sum(item["correct"] for item in row["items"]) / len(row["items"])
+        assert row["accuracy"] == pytest.approx(recomputed, abs=5e-4) and row["n"] == len(row["items"])
+        assert viz.most_common_count_accuracy(row["items"]) == pytest.approx(row["guess_most_common_count"], abs=5e-4)
+    assert viz.most_common_count_accuracy([{"count": 1}, {"count": 1}, {"count": 2}]) == pytest.approx(2 / 3)
+    fig = viz.plot_strawberry(rows, baseline=0.5)
+    assert_titled_and_labelled(fig)
+    bars = [patch.get_height() for patch in fig.axes[0].patches]
+    assert sorted(bars) == sorted(r["accuracy"] for r in rows)
+
+
+def test_strawberry_rows_need_results(tmp_path):
+    with pytest.raises(FileNotFoundError, match="build_strawberry.py"):
+        viz.strawberry_rows(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- template widget
+def test_trained_texts_are_the_mask(tokenizer):
+    kinds = ["weather", "letters", "arithmetic", "memory", "direct", "no_tool"]  # one trained run per message
+    for conversation in make_conversations(12, split="train", seed=5, kinds=kinds):
+        rendered = conversation.render(tokenizer)
+        texts = chat_viz.trained_texts(tokenizer, rendered)
+        assert len(texts) == sum(m["role"] == "assistant" for m in conversation.messages)
+        assert "".join(texts) == tokenizer.decode(rendered.masked_ids())
+
+
+def test_conversation_explorer_redraws_for_kind_and_example(tokenizer):
+    widget = chat_viz.conversation_explorer(tokenizer, kind="memory", examples=3)
+    (kinds, slider), picture = widget.children[0].children, widget.children[1]
+    assert list(kinds.options) == list(KINDS) and slider.max == 2
+    expected = make_conversations(3, kinds=["memory"])[0].render(tokenizer)
+    assert picture.value == chat_viz.conversation_html(tokenizer, expected) + chat_viz.trained_texts_html(tokenizer, expected)
+    seen = {picture.value}
+    slider.value = 2
+    assert picture.value not in seen
+    seen.add(picture.value)
+    kinds.value = "weather"
+    assert picture.value not in seen and "get_weather" in picture.value
+    with pytest.raises(ValueError, match="kind must be one of"):
+        chat_viz.conversation_explorer(tokenizer, kind="poetry")
