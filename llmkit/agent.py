@@ -5,6 +5,11 @@ runs the real function (``llmkit.tools.run_tool_call``), and appends the result 
 conversation, which is sent again in full. It stops when the model answers instead of asking
 (any stop reason other than "tool_use") or after ``max_iterations`` calls to the model.
 
+The ``Tool`` objects themselves go to ``create``, not just their definitions, so a *server* tool
+(``@tool(server=True)``, e.g. ``web_search``) keeps its flag: the client runs it inside the request
+and the reply carries its ``server_tool_use`` and ``server_tool_result`` blocks; this loop only
+ever runs the client tools, whose calls end a reply with "tool_use".
+
 Whatever the model writes, the loop does not crash: a call that is not valid JSON, names an
 unknown tool, has arguments of the wrong type, or runs a tool that raises or hangs comes back to
 the model as an error ``tool_result`` it can read and correct.
@@ -43,9 +48,11 @@ def run_agent(client, messages: list[dict], tools: list[Tool], *, max_iterations
               trace: Trace | None = None, **create_kwargs: Any) -> AgentResult:
     """Run the tool-use loop until the model answers or ``max_iterations`` model calls are spent.
 
-    tools: ``llmkit.tools.Tool`` objects; their definitions are sent to the model.
+    tools: ``llmkit.tools.Tool`` objects, passed to every ``create`` (which sends the model their
+        definitions and runs the server tools among them itself).
     approve: the permission hook, ``approve(name, arguments) -> "allow" | "deny"``, asked before
-        each run; a denied call is answered with an error result and the model carries on.
+        each client tool runs; a denied call is answered with an error result and the model
+        carries on. (Server tools run inside ``create``, as a provider runs them: no hook is asked.)
     tool_timeout_s: how long one tool may run before it is abandoned (an error result).
     create_kwargs: passed to every ``client.messages.create`` (max_tokens, system, temperature, ...).
     """
@@ -58,11 +65,10 @@ def run_agent(client, messages: list[dict], tools: list[Tool], *, max_iterations
     if trace is not None:
         create_kwargs["trace"] = trace
     transcript = copy.deepcopy(messages)
-    definitions = [item.definition() for item in tools]
     count_tokens = getattr(client, "count_tokens", None)
 
     for iteration in range(1, max_iterations + 1):
-        reply = client.messages.create(messages=copy.deepcopy(transcript), tools=definitions, **create_kwargs)
+        reply = client.messages.create(messages=copy.deepcopy(transcript), tools=tools, **create_kwargs)
         transcript.append({"role": "assistant", "content": copy.deepcopy(reply.content)})
         calls = [block for block in reply.content if block["type"] == "tool_use"]
         if reply.stop_reason != "tool_use" or not calls:

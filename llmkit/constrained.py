@@ -506,7 +506,10 @@ class ToolCallConstraint:
         self.markers = marker_ids(tokenizer)
         definitions = tool_definitions(tools)
         self.grammar = _grammar(tokenizer, definitions) if definitions else None
-        self.vocab_size = tokenizer.vocab_size
+        self.no_call: torch.Tensor | None = None  # with no tools: everything but <|tool_call|>
+        if self.grammar is None:
+            self.no_call = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
+            self.no_call[self.markers["tool_call"]] = False
         self.mode = "text"  # "text", "thinking" or "call"
         self.state: State | None = None  # the automaton's state inside a call
 
@@ -517,11 +520,7 @@ class ToolCallConstraint:
     def allowed(self) -> torch.Tensor | None:
         if self.mode == "call":
             return self.grammar.allowed(self.state)
-        if self.grammar is None:
-            mask = torch.ones(self.vocab_size, dtype=torch.bool)
-            mask[self.markers["tool_call"]] = False
-            return mask
-        return None
+        return self.no_call  # None when tools are offered: outside a call anything goes
 
     def advance(self, token: int) -> None:
         if self.mode == "call":

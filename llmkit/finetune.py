@@ -52,7 +52,7 @@ from llmkit.conversations import (CITIES, NAMES, SYLLABLES, WEATHER_QUESTIONS, W
                                   as_react, letters_conversation, make_conversations, make_preferences, pick_letter,
                                   strawberry_task, strawberry_tasks, weather_conversation, words)
 from llmkit.data import Batch
-from llmkit.model import Transformer
+from llmkit.model import ModelConfig, Transformer
 from llmkit.paths import data_path
 from llmkit.train import (Processes, TrainConfig, TrainingLog, fit, lm_loss, load_checkpoint, make_optimizer,
                           read_log, resolve_device, save_checkpoint)
@@ -73,9 +73,11 @@ class FinetuneConfig(TrainConfig):
     data: str = "chat"
     kinds: list[str] | None = None
     fresh_entities: float = 0.0  # fraction of training conversations about an invented city/name/word
+    varied_entities: bool = False  # invent them from syllables over the whole alphabet (varied_syllable)
     heldout_examples: int = 96  # held-out conversations (or pairs) scored every eval_every steps
     dropout: float = 0.0  # synthetic data never repeats, so the base model's dropout only slows learning
     beta: float = 0.1  # DPO: how strongly rewards are measured against the reference
+    sft_weight: float = 0.0  # DPO: weight of the chosen answers' own next-token loss (see DPOObjective)
     out_dir: str = "runs/sft"
     batch_size: int = 16
     max_steps: int = 600
@@ -102,12 +104,13 @@ class FinetuneConfig(TrainConfig):
 
 
 # ------------------------------------------------------------------------------------------ data
-def example_source(data: str, kinds=None, fresh: float = 0.0,
+def example_source(data: str, kinds=None, fresh: float = 0.0, varied: bool = False,
                    fits: Callable[[Conversation], bool] | None = None) -> Callable[[int, str, int], list[Conversation]]:
     """``(n, split, seed) -> conversations`` for a config's ``data`` string.
 
     ``fresh``: the fraction of training conversations whose city, name or word is replaced by a
     freshly invented one (see ``with_fresh_entity``); held-out conversations are never changed.
+    ``varied``: invent them from syllables over the whole alphabet (see ``varied_syllable``).
     A longer invented name can push a conversation past the context: where ``fits`` says it
     does not fit, the original conversation is kept.
     """
@@ -117,7 +120,7 @@ def example_source(data: str, kinds=None, fresh: float = 0.0,
             if split != "train" or not fresh:
                 return conversations
             rng = random.Random(f"llmkit-fresh|{seed}")
-            changed = [with_fresh_entity(c, rng) if rng.random() < fresh else c for c in conversations]
+            changed = [with_fresh_entity(c, rng, varied) if rng.random() < fresh else c for c in conversations]
             return [new if new is old or fits is None or fits(new) else old for new, old in zip(changed, conversations)]
         return chat
     if data.startswith("strawberry:"):
@@ -141,9 +144,30 @@ def example_source(data: str, kinds=None, fresh: float = 0.0,
     raise ValueError(f"data must be 'chat' or 'strawberry:<direct|spelled|tool|spell>', got {data!r}")
 
 
-def _invent(rng: random.Random, syllables: tuple[int, int], taken: set[str], capital: bool) -> str:
+ONSETS = ["", "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "y", "z",
+          "br", "ch", "cl", "dr", "fl", "gr", "kr", "ph", "pl", "qu", "sh", "sk", "st", "th", "tr", "v"]
+NUCLEI = ["a", "e", "i", "o", "u", "a", "e", "i", "o", "ai", "ea", "ee", "ie", "oa", "ou", "y"]
+CODAS = ["", "", "", "", "n", "r", "l", "s", "t", "m", "x", "k", "nd", "rt", "sh", "v"]
+
+
+def varied_syllable(rng: random.Random) -> str:
+    """One random syllable (onset + vowel + coda) over the whole alphabet.
+
+    Invented names built from a short fixed syllable list are made of the same few dozen tokens,
+    so a model can learn to reproduce *those tokens* without learning to copy in general, and
+    then fails on a real held-out name like "Dev" (it answered "De"). Thousands of different
+    syllables tokenize into hundreds of different pieces: copying is then the only way to win.
+    """
+    return rng.choice(ONSETS) + rng.choice(NUCLEI) + rng.choice(CODAS)
+
+
+def _invent(rng: random.Random, syllables: tuple[int, int], taken: set[str], capital: bool,
+            varied: bool = False) -> str:
+    """A made-up word of ``syllables`` (low, high) syllables that is not in ``taken``; ``varied``
+    draws syllables over the whole alphabet (``varied_syllable``), else from ``SYLLABLES``."""
     while True:
-        text = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(*syllables)))
+        pick = (lambda: varied_syllable(rng)) if varied else (lambda: rng.choice(SYLLABLES))
+        text = "".join(pick() for _ in range(rng.randint(*syllables)))
         text = text.capitalize() if capital else text
         if text not in taken:
             return text
@@ -155,7 +179,7 @@ def _heldout_values() -> set[str]:
     return set(CITIES["heldout"]) | set(NAMES["heldout"]) | set(words("heldout"))
 
 
-def with_fresh_entity(conversation: Conversation, rng: random.Random) -> Conversation:
+def with_fresh_entity(conversation: Conversation, rng: random.Random, varied: bool = False) -> Conversation:
     """The same kind of conversation about a freshly invented city, name or word.
 
     The training split has only 26 cities (52 forecasts), 24 names and 52 words: a small model
@@ -168,17 +192,17 @@ def with_fresh_entity(conversation: Conversation, rng: random.Random) -> Convers
     """
     taken, kind, facts = _heldout_values(), conversation.kind, conversation.expected.facts
     if kind == "react" and facts["task"] in ("weather", "letters"):  # only the facts of the original are read
-        return as_react(with_fresh_entity(dataclasses.replace(conversation, kind=facts["task"]), rng))
+        return as_react(with_fresh_entity(dataclasses.replace(conversation, kind=facts["task"]), rng, varied))
     if kind == "weather":
         question = rng.choice(list(WEATHER_QUESTIONS))
-        return weather_conversation(_invent(rng, (2, 3), taken, True), facts["day"], question=question,
+        return weather_conversation(_invent(rng, (1, 3) if varied else (2, 3), taken, True, varied), facts["day"], question=question,
                                     thinking=rng.choice(WEATHER_THINKING), split="train")
     if kind == "letters":
-        return letters_conversation(rng, "train", word=_invent(rng, (2, 8), taken, False))
+        return letters_conversation(rng, "train", word=_invent(rng, (2, 8) if not varied else (1, 4), taken, False, varied))
     old = facts.get("name") if kind == "memory" else facts.get("city") if kind == "no_tool" else None
     if old is None:
         return conversation
-    new = _invent(rng, (1, 3) if kind == "memory" else (2, 3), taken, True)
+    new = _invent(rng, (1, 3) if kind == "memory" or varied else (2, 3), taken, True, varied)
     swap = lambda text: re.sub(rf"\b{re.escape(old)}\b", new, text)  # noqa: E731
     messages = [{"role": m["role"], "content": swap(m["content"]) if isinstance(m["content"], str) else
                  [{**b, **{k: swap(b[k]) for k in ("text", "thinking") if k in b}} for b in m["content"]]}
@@ -260,6 +284,11 @@ class DPOObjective:
     ``batch_at`` builds the step's pairs and scores them once with the frozen reference (no
     gradient); ``loss_fn`` then compares the policy's log-probabilities against those scores.
     The last step's reward accuracy is kept for the log.
+
+    DPO only sees the *difference* between the chosen and the rejected answer, so tokens they share
+    (the closing ``<|end_turn|>``, the answer's format) are free to drift, and they did: the first
+    DPO model wrote ``<|end_thinking|>`` where ``<|end_turn|>`` belonged. ``sft_weight`` adds the
+    chosen answers' mean next-token loss, the SFT objective, to hold them in place.
     """
 
     def __init__(self, reference: Transformer, tokenizer, cfg: FinetuneConfig, device: torch.device):
@@ -289,6 +318,9 @@ class DPOObjective:
         reference = self.reference_logprobs
         loss, accuracy = dpo_loss(policy[:n], policy[n:], reference[:n], reference[n:], self.cfg.beta)
         self.accuracies.append(accuracy.item())
+        if self.cfg.sft_weight:
+            chosen_tokens = mask[:n].sum()
+            loss = loss + self.cfg.sft_weight * -policy[:n].sum() / chosen_tokens.clamp(min=1)
         return loss
 
     @torch.no_grad()
@@ -334,9 +366,19 @@ def model_folder(name_or_dir: str) -> Path:
 
 
 def set_dropout(model: torch.nn.Module, p: float) -> None:
+    """Set every dropout probability in ``model`` to ``p``.
+
+    Dropout lives in two forms: ``nn.Dropout`` modules, and plain float ``dropout`` attributes
+    that attention hands to the fused SDPA kernel and the blocks to ``F.dropout``. Missing the
+    second kind would leave dropout on while the config says it is off.
+    """
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = p
+        elif isinstance(getattr(module, "dropout", None), float):
+            module.dropout = p
+    if isinstance(getattr(model, "config", None), ModelConfig):
+        model.config = dataclasses.replace(model.config, dropout=p)
 
 
 def finetune(stage: str, cfg: FinetuneConfig, *, resume: bool = False, stop_after: int | None = None,
@@ -362,7 +404,7 @@ def finetune(stage: str, cfg: FinetuneConfig, *, resume: bool = False, stop_afte
     log = TrainingLog(out_dir / "train_log.jsonl")
 
     if stage == "sft":
-        source = example_source(cfg.data, cfg.kinds, cfg.fresh_entities,
+        source = example_source(cfg.data, cfg.kinds, cfg.fresh_entities, cfg.varied_entities,
                                 fits=lambda c: len(c.render(tokenizer)) <= context + 1)
         heldout = source(cfg.heldout_examples, "heldout", cfg.seed)
         heldout_batches = [conversation_batch(heldout[i:i + 16], tokenizer, context) for i in range(0, len(heldout), 16)]

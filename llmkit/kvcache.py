@@ -10,9 +10,12 @@ models store only their n_kv_heads, which is where their memory saving comes fro
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
+
+_serials = itertools.count()
 
 
 class KVCache:
@@ -35,6 +38,7 @@ class KVCache:
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.length = 0
+        self.serial = next(_serials)  # no two caches share one: the model tells requests apart by it
 
     @property
     def batch_size(self) -> int:

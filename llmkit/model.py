@@ -14,12 +14,14 @@ The whole model is in this file. Saving, loading and importing Hugging Face weig
 from __future__ import annotations
 
 import math
+import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.hooks import RemovableHandle
 
 from llmkit.config import ModelConfig
 from llmkit.config import CostEstimate, count_params, estimate_cost  # noqa: F401 (re-exported for older imports)
@@ -55,6 +57,21 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + rotated_half * sin.to(x.dtype)
 
 
+def split_heads(qkv: torch.Tensor, head_dim: int, heads: tuple[int, int, int],
+                rope: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fused projection (B, T, all heads x head_dim) as q, k, v of shape (B, heads, T, head_dim).
+
+    One view and one transpose lay out every head at once, so the split copies nothing; with
+    rotary positions the queries and keys are rotated together, in one call."""
+    batch, time, _ = qkv.shape
+    qkv = qkv.view(batch, time, -1, head_dim).transpose(1, 2)
+    if rope is None:
+        return qkv.split(heads, dim=1)
+    n_q, n_kv, _ = heads
+    q, k = apply_rope(qkv[:, :n_q + n_kv], *rope).split((n_q, n_kv), dim=1)
+    return q, k, qkv[:, n_q + n_kv:]
+
+
 def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor:
     """True where query i may look at key j. The queries are the *last* n_queries positions, so
     query i sits at position n_keys - n_queries + i and sees every key up to and including it."""
@@ -74,8 +91,8 @@ class Attention(nn.Module):
         super().__init__()
         self.layer_index = layer_index  # which slot of the KV cache is ours
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
-        n_qkv_heads = self.n_heads + 2 * self.n_kv_heads
-        self.qkv = nn.Linear(config.d_model, n_qkv_heads * self.head_dim, bias=config.bias)  # q, k, v in one matmul
+        self.heads = (self.n_heads, self.n_kv_heads, self.n_kv_heads)  # query, key and value heads
+        self.qkv = nn.Linear(config.d_model, sum(self.heads) * self.head_dim, bias=config.bias)  # one matmul
         self.out = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = config.dropout
         self.pattern = nn.Identity()
@@ -84,15 +101,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 cache: KVCache | None) -> torch.Tensor:
         batch, time, _ = x.shape
-        # One matmul makes every head's q, k and v; one view and one transpose lay them out as
-        # (B, q + k + v heads, T, head_dim), and the split into q, k, v costs no copy.
-        qkv = self.qkv(x).view(batch, time, -1, self.head_dim).transpose(1, 2)
-        n_qk = self.n_heads + self.n_kv_heads
-        if rope is not None:  # queries and keys are rotated together, in one call
-            q, k = apply_rope(qkv[:, :n_qk], *rope).split((self.n_heads, self.n_kv_heads), dim=1)
-        else:
-            q, k = qkv[:, :self.n_heads], qkv[:, self.n_heads:n_qk]
-        v = qkv[:, n_qk:]
+        q, k, v = split_heads(self.qkv(x), self.head_dim, self.heads, rope)
         if cache is not None:  # keys/values of positions [0, start + time): the past plus ours
             k, v = cache.update(self.layer_index, start, k, v)
             if k.dtype != q.dtype:  # autocast made q lower precision than the cache
@@ -173,6 +182,110 @@ class Block(nn.Module):
         return x + dropout(self.mlp(self.mlp_norm(x)), self.dropout, self.training)
 
 
+def embed_tokens(embed: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``embed(ids)``, with a clear error for an id outside the vocabulary.
+
+    On the CPU the lookup checks every id itself (it raises IndexError), so a decode step pays
+    nothing more; on a GPU a bad id is a device-side assert that kills the process, so there the
+    ids are checked before the lookup."""
+    if ids.device.type != "cpu":
+        check_token_ids(ids, vocab_size)
+    try:
+        return embed(ids)
+    except IndexError:
+        check_token_ids(ids, vocab_size)
+        raise
+
+
+def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
+    low, high = torch.aminmax(ids)
+    if low < 0 or high >= vocab_size:
+        bad = int(low) if low < 0 else int(high)
+        raise ValueError(f"token id {bad} is outside the vocabulary (0 .. {vocab_size - 1}); "
+                         "was the text encoded with a different tokenizer?")
+
+
+# --- the decode step without the module machinery --------------------------------------------
+
+class FastBlock:
+    """``Block.forward`` for one new token per sequence, as plain tensor functions of the block's weights.
+
+    A decode step of a small model multiplies vectors by small matrices, and each ``nn.Module``
+    call around them (hook checks, attribute lookups) costs about as much as the arithmetic; a
+    block makes nine such calls. This computes the same thing, in the same order, with the weights
+    looked up once. ``Transformer.forward`` uses it only when nothing needs the modules themselves.
+    """
+
+    def __init__(self, block: Block):
+        attn, mlp = block.attn, block.mlp
+        self.attn_norm, self.mlp_norm = norm_function(block.attn_norm), norm_function(block.mlp_norm)
+        self.layer_index, self.head_dim, self.heads = attn.layer_index, attn.head_dim, attn.heads
+        self.grouped = attn.n_kv_heads != attn.n_heads
+        self.qkv, self.out = (attn.qkv.weight, attn.qkv.bias), (attn.out.weight, attn.out.bias)
+        self.swiglu = isinstance(mlp, SwiGLU)
+        self.up = (mlp.gate_up.weight, mlp.gate_up.bias) if self.swiglu else (mlp.up.weight, mlp.up.bias)
+        self.down = (mlp.down.weight, mlp.down.bias)
+
+    def __call__(self, x: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                 cache: KVCache) -> torch.Tensor:
+        batch = x.size(0)
+        q, k, v = split_heads(F.linear(self.attn_norm(x), *self.qkv), self.head_dim, self.heads, rope)
+        k, v = cache.update(self.layer_index, start, k, v)
+        if k.dtype != q.dtype:
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        y = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.grouped)  # one query: no mask
+        x = x + F.linear(y.reshape(batch, 1, -1), *self.out)  # (B, heads, 1, hd) -> (B, 1, heads * hd)
+        h = F.linear(self.mlp_norm(x), *self.up)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h, approximate="tanh")
+        return x + F.linear(h, *self.down)
+
+
+class FastDecoder:
+    """``Transformer.forward`` for one new token per sequence on a KV cache, built from FastBlocks."""
+
+    def __init__(self, model: Transformer):
+        self.embed, self.vocab_size = functools.partial(F.embedding, weight=model.embed.weight), model.config.vocab_size
+        self.pos_embed = model.pos_embed.weight if model.pos_embed is not None else None
+        self.rope = (model.rope_cos, model.rope_sin) if model.config.positions == "rope" else None
+        self.blocks = [FastBlock(block) for block in model.blocks]
+        self.norm, self.head = norm_function(model.norm), model.lm_head.weight
+
+    @staticmethod
+    def of(model: Transformer) -> FastDecoder | None:
+        """A FastDecoder for ``model``, or None if it must run as modules: a module has a hook, an
+        attention layer is in its explicit form, or a layer was swapped for a module of another kind."""
+        kinds = {Transformer, nn.Embedding, nn.ModuleList, Block, Attention, MLP, SwiGLU, nn.Linear,
+                 nn.LayerNorm, nn.RMSNorm, nn.Identity}
+        for module in model.modules():
+            if type(module) not in kinds or module._forward_hooks or module._forward_pre_hooks:
+                return None
+            if isinstance(module, Attention) and module.explicit:
+                return None
+        return FastDecoder(model)
+
+    def __call__(self, ids: torch.Tensor, start: int, cache: KVCache) -> torch.Tensor:
+        x = embed_tokens(self.embed, ids, self.vocab_size)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed[start]
+        rope = (self.rope[0][start:start + 1], self.rope[1][start:start + 1]) if self.rope is not None else None
+        for block in self.blocks:
+            x = block(x, start, rope, cache)
+        cache.length = start + 1
+        return F.linear(self.norm(x), self.head)
+
+
+def norm_function(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A LayerNorm or RMSNorm module as a plain function of x, with the same weights."""
+    if isinstance(norm, nn.RMSNorm):
+        return functools.partial(F.rms_norm, normalized_shape=norm.normalized_shape, weight=norm.weight, eps=norm.eps)
+    return functools.partial(F.layer_norm, normalized_shape=norm.normalized_shape, weight=norm.weight,
+                             bias=norm.bias, eps=norm.eps)
+
+
 # --- the model -----------------------------------------------------------------------------------
 
 class Transformer(nn.Module):
@@ -190,6 +303,7 @@ class Transformer(nn.Module):
             cos, sin = rope_tables(config.head_dim, config.context_length, config.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
+        self._fast, self._fast_key = None, None  # see _fast_decoder
         self.apply(self._init_weights)
         for block in self.blocks:  # keep the residual stream's variance from growing with depth
             for layer in (block.attn.out, block.mlp.down):
@@ -226,7 +340,11 @@ class Transformer(nn.Module):
                              "or drop the oldest tokens")
         if cache is not None:
             cache.check_write(start, time, batch)
-        x = self._embed(ids)
+        if time == 1 and cache is not None and not self.training:  # a decode step
+            fast = self._fast_decoder(cache)
+            if fast is not None:
+                return fast(ids, start, cache)
+        x = embed_tokens(self.embed, ids, self.config.vocab_size)
         if self.pos_embed is not None:
             x = x + self.pos_embed.weight[start:end]
         x = dropout(x, self.config.dropout, self.training)
@@ -239,6 +357,17 @@ class Transformer(nn.Module):
             x = x[:, -1:]
         return self.lm_head(self.norm(x))
 
+    def _fast_decoder(self, cache: KVCache) -> FastDecoder | None:
+        """The ``FastDecoder`` for decode steps, or None when the modules must run (``FastDecoder.of``).
+
+        Worked out once per KV cache (that is, per request) and again whenever a hook is registered
+        anywhere (every registration takes the next ``RemovableHandle`` id), so that a hook added
+        between two decode steps still sees the second one."""
+        key = (cache.serial, RemovableHandle.next_id)
+        if self._fast_key != key:
+            self._fast, self._fast_key = FastDecoder.of(self), key
+        return self._fast
+
     def _check_ids(self, ids: torch.Tensor) -> tuple[int, int]:
         if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.long, torch.int32):
             raise TypeError(f"ids must be an integer tensor (torch.long), got "
@@ -248,26 +377,6 @@ class Transformer(nn.Module):
                              "for a single sequence pass ids[None]")
         return ids.size(0), ids.size(1)
 
-    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token vectors for ``ids``, with a clear error for an id outside the vocabulary.
-
-        On the CPU the lookup checks every id itself (it raises IndexError), so a decode step pays
-        nothing more; on a GPU a bad id is a device-side assert that kills the process, so there the
-        ids are checked before the lookup."""
-        if ids.device.type != "cpu":
-            self._check_id_range(ids)
-        try:
-            return self.embed(ids)
-        except IndexError:
-            self._check_id_range(ids)
-            raise
-
-    def _check_id_range(self, ids: torch.Tensor) -> None:
-        low, high = torch.aminmax(ids)
-        if low < 0 or high >= self.config.vocab_size:
-            bad = int(low) if low < 0 else int(high)
-            raise ValueError(f"token id {bad} is outside the vocabulary (0 .. {self.config.vocab_size - 1}); "
-                             "was the text encoded with a different tokenizer?")
 
     def new_cache(self, batch_size: int = 1, max_length: int | None = None,
                   dtype: torch.dtype | None = None) -> KVCache:

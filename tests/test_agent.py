@@ -14,8 +14,9 @@ from llmkit.client import Client, Message, MessageUsage
 from llmkit.model import ModelConfig, Transformer
 from llmkit.paths import data_path
 from llmkit.tokenizer import Tokenizer
-from llmkit.tools import EXAMPLE_TOOLS, get_weather, tool
+from llmkit.tools import EXAMPLE_TOOLS, get_weather, run_tool_call, tool, web_search
 from llmkit.trace import Bill, Trace
+from scripted_model import ScriptedModel
 
 TOKENIZER = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
 
@@ -64,7 +65,7 @@ def test_the_loop_runs_the_tool_and_sends_the_result_back():
     assert sent["tool_use_id"] == "toolu_1" and not sent["is_error"]
     assert json.loads(sent["content"]) == get_weather(city="Pune", day="tomorrow")
     assert [m["role"] for m in result.transcript] == ["user", "assistant", "user", "assistant"]
-    assert client.requests[0]["tools"] == [t.definition() for t in EXAMPLE_TOOLS]
+    assert client.requests[0]["tools"] == EXAMPLE_TOOLS  # the Tool objects, so server tools keep their flag
     assert client.requests[0]["max_tokens"] == 32 and client.requests[0]["temperature"] == 0
     assert client.requests[1]["messages"] == result.transcript[:3]
     assert question == [{"role": "user", "content": "Weather in Pune tomorrow?"}]  # the caller's list is untouched
@@ -181,3 +182,32 @@ def test_nothing_a_random_model_writes_crashes_the_loop():
                            max_iterations=2, max_tokens=24, temperature=1.0, seed=seed, context_policy="drop_oldest")
         assert 1 <= result.iterations <= 2
         assert result.final.stop_reason in {"end_turn", "max_tokens", "stop_sequence", "tool_use", "context_window"}
+
+
+def test_a_server_tool_inside_the_loop_is_run_by_the_client_not_the_loop():
+    """run_agent hands create the Tool objects, so web_search keeps its server flag: the client runs
+    it inside the request and the loop never sees a tool_use for it (with bare definitions it would
+    have stopped with "tool_use" and run web_search itself, as a client tool)."""
+    question = [{"role": "user", "content": "What is the monsoon like in Pune?"}]
+    query = {"query": "monsoon in Pune"}
+    found = run_tool_call([web_search], "web_search", query, tool_use_id="s")
+    turn = [{"type": "server_tool_use", "id": "s", "name": "web_search", "input": query},
+            {"type": "server_tool_result", "tool_use_id": "s", "content": found["content"], "is_error": False},
+            text("It rains from June to September.")]
+    tools = [web_search, get_weather]
+    prompt = render(TOKENIZER, question, tools=tools)
+    full = render(TOKENIZER, question + [{"role": "assistant", "content": turn}], tools=tools,
+                  add_generation_prompt=False)
+    torch.manual_seed(0)
+    config = ModelConfig.llama(vocab_size=TOKENIZER.vocab_size, context_length=512, d_model=32, n_layers=2, n_heads=2)
+    client = Client.from_model(ScriptedModel(config, full.ids[len(prompt):], len(prompt)).eval(), TOKENIZER)
+
+    trace = Trace()
+    result = run_agent(client, question, tools, max_iterations=3, max_tokens=200, temperature=0, trace=trace)
+    assert result.iterations == 1 and not result.stopped_by_limit
+    assert result.final.stop_reason == "end_turn" and result.final.usage.server_tool_calls == 1
+    assert [b["type"] for b in result.final.content] == ["server_tool_use", "server_tool_result", "text"]
+    assert result.final.content[1]["content"] == found["content"]  # the real search, run by the client
+    assert [m["role"] for m in result.transcript] == ["user", "assistant"] and results_of(result) == []
+    [call] = trace.of_kind("tool_call")
+    assert call.data["server"] and call.data["name"] == "web_search"  # recorded by the client, not by the loop

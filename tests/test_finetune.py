@@ -179,3 +179,55 @@ def test_fresh_conversation_that_does_not_fit_falls_back_to_the_original():
 
     plain = make_conversations(12, split="train", seed=5)
     assert example_source("chat", None, fresh=1.0, fits=lambda c: False)(12, "train", 5) == plain
+
+
+def test_set_dropout_turns_off_every_kind_of_dropout():
+    """With dropout 0, training mode must compute exactly what eval mode does (no random masks
+    left in attention, the residual branches or the embeddings)."""
+    import torch
+
+    from llmkit.finetune import set_dropout
+    from llmkit.model import ModelConfig, Transformer
+
+    torch.manual_seed(0)
+    config = ModelConfig.llama(vocab_size=64, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.3)
+    model = Transformer(config)
+    ids = torch.randint(0, 64, (2, 16))
+    model.train()
+    assert not torch.equal(model(ids), model(ids))  # the control: dropout really is on
+    set_dropout(model, 0.0)
+    assert model.config.dropout == 0.0
+    with torch.no_grad():
+        trained = model.train()(ids)
+        evaluated = model.eval()(ids)
+    torch.testing.assert_close(trained, evaluated, rtol=0, atol=0)
+
+
+def test_dpo_sft_weight_adds_the_chosen_answers_next_token_loss():
+    from llmkit.finetune import DPOObjective
+
+    torch.manual_seed(0)
+    reference = Transformer(ModelConfig.llama(vocab_size=32, context_length=8, d_model=16, n_layers=1, n_heads=2))
+    logits, targets = torch.randn(4, 6, 32), torch.randint(0, 32, (4, 6))
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0]] * 2 + [[0, 0, 1, 1, 0, 0]] * 2, dtype=torch.bool)
+    losses = {}
+    for weight in (0.0, 0.5):
+        cfg = FinetuneConfig.from_dict({"sft_weight": weight, "beta": 0.1})
+        objective = DPOObjective(reference, None, cfg, torch.device("cpu"))
+        objective.reference_logprobs = answer_logprobs(logits, targets, mask)  # policy == reference
+        losses[weight] = objective.loss_fn(logits, targets, mask).item()
+    chosen_nll = -answer_logprobs(logits, targets, mask)[:2].sum().item() / 6  # 3 answer tokens x 2 chosen rows
+    assert losses[0.0] == pytest.approx(math.log(2), abs=1e-6)
+    assert losses[0.5] == pytest.approx(math.log(2) + 0.5 * chosen_nll, rel=1e-5)
+
+
+def test_varied_invented_names_use_many_different_tokens_and_never_heldout_ones():
+    from llmkit.conversations import NAMES
+    from llmkit.finetune import example_source
+
+    tokenizer = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
+    source = example_source("chat", ["memory"], fresh=1.0, varied=True)
+    names = {c.messages[1]["content"].removeprefix("Nice to meet you, ").rstrip("!") for c in source(200, "train", 1)}
+    assert not names & set(NAMES["heldout"])
+    pieces = {i for name in names for i in tokenizer.encode(" " + name)}
+    assert len(names) > 150 and len(pieces) > 150  # a fixed syllable list gives only a few dozen pieces
