@@ -34,9 +34,15 @@ class KVCache:
                              f"context_length ({config.context_length})")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        shape = (batch_size, config.n_kv_heads, max_length, config.head_dim)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
+        shape = (config.n_layers, batch_size, config.n_kv_heads, max_length, config.head_dim)
+        # One tensor for every layer's keys (and one for values), so that a whole prefix can be
+        # copied in at once (llmkit.prefix_cache); ``keys[layer]`` is a view of one layer. The
+        # memory is left uninitialised: only the first ``length`` positions are ever read, and they
+        # are written first, so zero-filling it would be wasted work on every request.
+        self.key_table = torch.empty(shape, device=device, dtype=dtype)
+        self.value_table = torch.empty(shape, device=device, dtype=dtype)
+        self.keys = [self.key_table[layer] for layer in range(config.n_layers)]
+        self.values = [self.value_table[layer] for layer in range(config.n_layers)]
         self.length = 0
         self.serial = next(_serials)  # no two caches share one: the model tells requests apart by it
 

@@ -8,13 +8,20 @@ only in four choices, all fields of ``ModelConfig``:
     positions  learned table added at input | rotary (RoPE) applied to queries and keys
     bias       biases on every Linear       | no biases
 
-The whole model is in this file. Saving, loading and importing Hugging Face weights live in
-``llmkit.weights``; the KV cache in ``llmkit.kvcache``; looking inside in ``llmkit.inspect``.
+The whole model is in this file; ``ModelConfig`` and the cost estimates are in ``llmkit.config``.
+Saving, loading and importing Hugging Face weights live in ``llmkit.weights``; the KV cache in
+``llmkit.kvcache``; looking inside in ``llmkit.inspect``.
+
+Inference with a KV cache (generation) runs the same computation through ``FastModel`` at the end
+of this file: the blocks as plain tensor functions, without ``nn.Module``'s per-call work, which
+for one token of a small model costs as much as the arithmetic. It is used only when nothing needs
+the modules themselves (training, hooks, the explicit attention, swapped layers), and gives the
+same logits bit for bit.
 """
 from __future__ import annotations
 
-import math
 import functools
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,6 +85,16 @@ def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tens
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(diagonal=n_keys - n_queries)
 
 
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+    """Causal attention of the queries (the last positions) over all keys, in one fused kernel."""
+    n_queries, n_keys = q.size(-2), k.size(-2)
+    grouped = q.size(1) != k.size(1)  # fewer key/value heads than query heads
+    if n_queries == 1 or n_queries == n_keys:  # one new token sees everything; or a plain causal square
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=n_queries > 1, enable_gqa=grouped)
+    mask = causal_mask(n_queries, n_keys, q.device)  # new tokens after a cached prefix
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=grouped)
+
+
 class Attention(nn.Module):
     """Causal self-attention with grouped-query heads, in a fast and an explicit form.
 
@@ -111,14 +128,7 @@ class Attention(nn.Module):
         return dropout(self.out(y), self.dropout, self.training)
 
     def fast_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        n_queries, n_keys = q.size(-2), k.size(-2)
-        dropout = self.dropout if self.training else 0.0
-        grouped = self.n_kv_heads != self.n_heads
-        if n_queries == 1 or n_queries == n_keys:  # one new token sees everything; or a plain causal square
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=n_queries > 1,
-                                                  enable_gqa=grouped)
-        mask = causal_mask(n_queries, n_keys, q.device)  # new tokens after a cached prefix
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=grouped)
+        return fused_attention(q, k, v, self.dropout if self.training else 0.0)
 
     def explicit_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         group = self.n_heads // self.n_kv_heads
@@ -182,13 +192,15 @@ class Block(nn.Module):
         return x + dropout(self.mlp(self.mlp_norm(x)), self.dropout, self.training)
 
 
+# --- the model -----------------------------------------------------------------------------------
+
 def embed_tokens(embed: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """``embed(ids)``, with a clear error for an id outside the vocabulary.
 
     On the CPU the lookup checks every id itself (it raises IndexError), so a decode step pays
     nothing more; on a GPU a bad id is a device-side assert that kills the process, so there the
     ids are checked before the lookup."""
-    if ids.device.type != "cpu":
+    if not ids.is_cpu:
         check_token_ids(ids, vocab_size)
     try:
         return embed(ids)
@@ -205,89 +217,6 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
                          "was the text encoded with a different tokenizer?")
 
 
-# --- the decode step without the module machinery --------------------------------------------
-
-class FastBlock:
-    """``Block.forward`` for one new token per sequence, as plain tensor functions of the block's weights.
-
-    A decode step of a small model multiplies vectors by small matrices, and each ``nn.Module``
-    call around them (hook checks, attribute lookups) costs about as much as the arithmetic; a
-    block makes nine such calls. This computes the same thing, in the same order, with the weights
-    looked up once. ``Transformer.forward`` uses it only when nothing needs the modules themselves.
-    """
-
-    def __init__(self, block: Block):
-        attn, mlp = block.attn, block.mlp
-        self.attn_norm, self.mlp_norm = norm_function(block.attn_norm), norm_function(block.mlp_norm)
-        self.layer_index, self.head_dim, self.heads = attn.layer_index, attn.head_dim, attn.heads
-        self.grouped = attn.n_kv_heads != attn.n_heads
-        self.qkv, self.out = (attn.qkv.weight, attn.qkv.bias), (attn.out.weight, attn.out.bias)
-        self.swiglu = isinstance(mlp, SwiGLU)
-        self.up = (mlp.gate_up.weight, mlp.gate_up.bias) if self.swiglu else (mlp.up.weight, mlp.up.bias)
-        self.down = (mlp.down.weight, mlp.down.bias)
-
-    def __call__(self, x: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
-                 cache: KVCache) -> torch.Tensor:
-        batch = x.size(0)
-        q, k, v = split_heads(F.linear(self.attn_norm(x), *self.qkv), self.head_dim, self.heads, rope)
-        k, v = cache.update(self.layer_index, start, k, v)
-        if k.dtype != q.dtype:
-            k, v = k.to(q.dtype), v.to(q.dtype)
-        y = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.grouped)  # one query: no mask
-        x = x + F.linear(y.reshape(batch, 1, -1), *self.out)  # (B, heads, 1, hd) -> (B, 1, heads * hd)
-        h = F.linear(self.mlp_norm(x), *self.up)
-        if self.swiglu:
-            gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
-        else:
-            h = F.gelu(h, approximate="tanh")
-        return x + F.linear(h, *self.down)
-
-
-class FastDecoder:
-    """``Transformer.forward`` for one new token per sequence on a KV cache, built from FastBlocks."""
-
-    def __init__(self, model: Transformer):
-        self.embed, self.vocab_size = functools.partial(F.embedding, weight=model.embed.weight), model.config.vocab_size
-        self.pos_embed = model.pos_embed.weight if model.pos_embed is not None else None
-        self.rope = (model.rope_cos, model.rope_sin) if model.config.positions == "rope" else None
-        self.blocks = [FastBlock(block) for block in model.blocks]
-        self.norm, self.head = norm_function(model.norm), model.lm_head.weight
-
-    @staticmethod
-    def of(model: Transformer) -> FastDecoder | None:
-        """A FastDecoder for ``model``, or None if it must run as modules: a module has a hook, an
-        attention layer is in its explicit form, or a layer was swapped for a module of another kind."""
-        kinds = {Transformer, nn.Embedding, nn.ModuleList, Block, Attention, MLP, SwiGLU, nn.Linear,
-                 nn.LayerNorm, nn.RMSNorm, nn.Identity}
-        for module in model.modules():
-            if type(module) not in kinds or module._forward_hooks or module._forward_pre_hooks:
-                return None
-            if isinstance(module, Attention) and module.explicit:
-                return None
-        return FastDecoder(model)
-
-    def __call__(self, ids: torch.Tensor, start: int, cache: KVCache) -> torch.Tensor:
-        x = embed_tokens(self.embed, ids, self.vocab_size)
-        if self.pos_embed is not None:
-            x = x + self.pos_embed[start]
-        rope = (self.rope[0][start:start + 1], self.rope[1][start:start + 1]) if self.rope is not None else None
-        for block in self.blocks:
-            x = block(x, start, rope, cache)
-        cache.length = start + 1
-        return F.linear(self.norm(x), self.head)
-
-
-def norm_function(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A LayerNorm or RMSNorm module as a plain function of x, with the same weights."""
-    if isinstance(norm, nn.RMSNorm):
-        return functools.partial(F.rms_norm, normalized_shape=norm.normalized_shape, weight=norm.weight, eps=norm.eps)
-    return functools.partial(F.layer_norm, normalized_shape=norm.normalized_shape, weight=norm.weight,
-                             bias=norm.bias, eps=norm.eps)
-
-
-# --- the model -----------------------------------------------------------------------------------
-
 class Transformer(nn.Module):
     """ids (batch, time) -> logits (batch, time, vocab): a score for every possible next token."""
 
@@ -303,7 +232,7 @@ class Transformer(nn.Module):
             cos, sin = rope_tables(config.head_dim, config.context_length, config.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self._fast, self._fast_key = None, None  # see _fast_decoder
+        self._fast, self._fast_key = None, None  # see _fast_model
         self.apply(self._init_weights)
         for block in self.blocks:  # keep the residual stream's variance from growing with depth
             for layer in (block.attn.out, block.mlp.down):
@@ -340,10 +269,10 @@ class Transformer(nn.Module):
                              "or drop the oldest tokens")
         if cache is not None:
             cache.check_write(start, time, batch)
-        if time == 1 and cache is not None and not self.training:  # a decode step
-            fast = self._fast_decoder(cache)
+        if cache is not None and not self.training:  # inference: skip the module machinery if we may
+            fast = self._fast_model(cache)
             if fast is not None:
-                return fast(ids, start, cache)
+                return fast(ids, start, cache, last_only)
         x = embed_tokens(self.embed, ids, self.config.vocab_size)
         if self.pos_embed is not None:
             x = x + self.pos_embed.weight[start:end]
@@ -357,15 +286,15 @@ class Transformer(nn.Module):
             x = x[:, -1:]
         return self.lm_head(self.norm(x))
 
-    def _fast_decoder(self, cache: KVCache) -> FastDecoder | None:
-        """The ``FastDecoder`` for decode steps, or None when the modules must run (``FastDecoder.of``).
+    def _fast_model(self, cache: KVCache) -> FastModel | None:
+        """The ``FastModel`` for inference, or None when the modules must run (``FastModel.of``).
 
         Worked out once per KV cache (that is, per request) and again whenever a hook is registered
         anywhere (every registration takes the next ``RemovableHandle`` id), so that a hook added
         between two decode steps still sees the second one."""
         key = (cache.serial, RemovableHandle.next_id)
         if self._fast_key != key:
-            self._fast, self._fast_key = FastDecoder.of(self), key
+            self._fast, self._fast_key = FastModel.of(self), key
         return self._fast
 
     def _check_ids(self, ids: torch.Tensor) -> tuple[int, int]:
@@ -376,7 +305,6 @@ class Transformer(nn.Module):
             raise ValueError(f"ids must have shape (batch, time) with time >= 1, got {tuple(ids.shape)}; "
                              "for a single sequence pass ids[None]")
         return ids.size(0), ids.size(1)
-
 
     def new_cache(self, batch_size: int = 1, max_length: int | None = None,
                   dtype: torch.dtype | None = None) -> KVCache:
@@ -413,3 +341,86 @@ class Transformer(nn.Module):
         """Import a Hugging Face ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` (object or saved folder)."""
         from llmkit import weights
         return weights.from_hf(model_or_dir, device=device)
+
+
+# --- inference without the module machinery ----------------------------------------------------
+
+class FastBlock:
+    """``Block.forward`` in inference, as plain tensor functions of the block's weights.
+
+    A decode step of a small model multiplies one vector by small matrices, and each ``nn.Module``
+    call around them (hook checks, attribute lookups) costs about as much as the arithmetic; a
+    block makes nine such calls. This computes the same thing, with the same ops in the same order,
+    but looks the weights up once. ``Transformer.forward`` uses it only when nothing needs the
+    modules themselves (see ``FastModel.of``).
+    """
+
+    def __init__(self, block: Block):
+        attn, mlp = block.attn, block.mlp
+        self.attn_norm, self.mlp_norm = norm_function(block.attn_norm), norm_function(block.mlp_norm)
+        self.layer_index, self.head_dim, self.heads = attn.layer_index, attn.head_dim, attn.heads
+        self.qkv, self.out = (attn.qkv.weight, attn.qkv.bias), (attn.out.weight, attn.out.bias)
+        self.swiglu = isinstance(mlp, SwiGLU)
+        self.up = (mlp.gate_up.weight, mlp.gate_up.bias) if self.swiglu else (mlp.up.weight, mlp.up.bias)
+        self.down = (mlp.down.weight, mlp.down.bias)
+
+    def __call__(self, x: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                 cache: KVCache) -> torch.Tensor:
+        batch, time, _ = x.shape
+        q, k, v = split_heads(F.linear(self.attn_norm(x), *self.qkv), self.head_dim, self.heads, rope)
+        k, v = cache.update(self.layer_index, start, k, v)
+        if k.dtype != q.dtype:
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        y = fused_attention(q, k, v).transpose(1, 2).reshape(batch, time, -1)
+        x = x + F.linear(y, *self.out)
+        h = F.linear(self.mlp_norm(x), *self.up)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h, approximate="tanh")
+        return x + F.linear(h, *self.down)
+
+
+class FastModel:
+    """``Transformer.forward`` with a KV cache in inference, built from FastBlocks."""
+
+    def __init__(self, model: Transformer):
+        self.embed, self.vocab_size = functools.partial(F.embedding, weight=model.embed.weight), model.config.vocab_size
+        self.pos_embed = model.pos_embed.weight if model.pos_embed is not None else None
+        self.rope = (model.rope_cos, model.rope_sin) if model.config.positions == "rope" else None
+        self.blocks = [FastBlock(block) for block in model.blocks]
+        self.norm, self.head = norm_function(model.norm), model.lm_head.weight
+
+    @staticmethod
+    def of(model: Transformer) -> FastModel | None:
+        """A FastModel for ``model``, or None if it must run as modules: a module has a hook, an
+        attention layer is in its explicit form, or a layer was swapped for a module of another kind."""
+        kinds = {Transformer, nn.Embedding, nn.ModuleList, Block, Attention, MLP, SwiGLU, nn.Linear,
+                 nn.LayerNorm, nn.RMSNorm, nn.Identity}
+        for module in model.modules():  # (the model's own hooks still run: forward is called as usual)
+            hooked = module is not model and (module._forward_hooks or module._forward_pre_hooks)
+            if type(module) not in kinds or hooked or (isinstance(module, Attention) and module.explicit):
+                return None
+        return FastModel(model)
+
+    def __call__(self, ids: torch.Tensor, start: int, cache: KVCache, last_only: bool) -> torch.Tensor:
+        end = start + ids.size(1)
+        x = embed_tokens(self.embed, ids, self.vocab_size)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed[start:end]
+        rope = (self.rope[0][start:end], self.rope[1][start:end]) if self.rope is not None else None
+        for block in self.blocks:
+            x = block(x, start, rope, cache)
+        cache.length = end
+        if last_only:
+            x = x[:, -1:]
+        return F.linear(self.norm(x), self.head)
+
+
+def norm_function(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A LayerNorm or RMSNorm module as a plain function of x, with the same weights."""
+    if isinstance(norm, nn.RMSNorm):
+        return functools.partial(F.rms_norm, normalized_shape=norm.normalized_shape, weight=norm.weight, eps=norm.eps)
+    return functools.partial(F.layer_norm, normalized_shape=norm.normalized_shape, weight=norm.weight,
+                             bias=norm.bias, eps=norm.eps)

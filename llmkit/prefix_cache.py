@@ -107,12 +107,11 @@ class PrefixCache:
         path = self._walk(tokens, (len(tokens) - 1) // self.block_size)
         reused = len(path) * self.block_size
         if path:
-            with torch.inference_mode():
-                keys = torch.cat([block.keys for block in path], dim=2)  # (layers, heads, reused, head_dim)
-                values = torch.cat([block.values for block in path], dim=2)
-                for layer in range(len(cache.keys)):
-                    cache.keys[layer][:, :, :reused] = keys[layer]
-                    cache.values[layer][:, :, :reused] = values[layer]
+            with torch.inference_mode():  # the blocks are concatenated straight into place: one copy
+                keys, values = [block.keys for block in path], [block.values for block in path]
+                for row in range(cache.batch_size):
+                    torch.cat(keys, dim=2, out=cache.key_table[:, row, :, :reused])
+                    torch.cat(values, dim=2, out=cache.value_table[:, row, :, :reused])
             cache.length = reused
             self._touch(path)
         counts = self._counts
@@ -134,9 +133,8 @@ class PrefixCache:
                 if child is None:
                     if not self._make_room(protect=path):
                         break
-                    child = _Block(key, node,
-                                   torch.stack([k[row, :, start:start + size] for k in cache.keys]),
-                                   torch.stack([v[row, :, start:start + size] for v in cache.values]))
+                    child = _Block(key, node, cache.key_table[:, row, :, start:start + size].clone(),
+                                   cache.value_table[:, row, :, start:start + size].clone())
                     node.children[key] = child
                     self.nbytes += self._block_bytes
                 path.append(child)

@@ -148,3 +148,28 @@ def test_new_cache_follows_the_model_dtype_and_device():
     assert cache.keys[0].dtype == torch.bfloat16 and cache.keys[0].device == model.device
     assert cache.max_length == 32 and cache.batch_size == 2
     assert "length=0/32" in repr(cache)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@torch.inference_mode()
+def test_unwritten_cache_memory_is_never_read(name):
+    """The cache is allocated uninitialised; poison it with NaN and nothing changes."""
+    config = CONFIGS[name]
+    model, ids = make(config), random_ids(config, batch=2, time=12)
+    cache = model.new_cache(batch_size=2, max_length=40)
+    cache.key_table.fill_(float("nan"))
+    cache.value_table.fill_(float("nan"))
+    logits = torch.cat([model(ids[:, :7], cache=cache), model(ids[:, 7:9], cache=cache),
+                        model(ids[:, 9:10], cache=cache), model(ids[:, 10:], cache=cache)], dim=1)
+    assert torch.isfinite(logits).all()
+    assert (logits - model(ids)).abs().max() < 1e-4
+
+
+def test_each_layer_is_a_view_of_one_table_and_caches_are_told_apart():
+    config = CONFIGS["llama_gqa"]
+    cache = KVCache(config, batch_size=2, max_length=20)
+    assert cache.key_table.shape == (config.n_layers, 2, config.n_kv_heads, 20, config.d_model // config.n_heads)
+    cache.update(1, 0, torch.ones(2, config.n_kv_heads, 3, 8), torch.full((2, config.n_kv_heads, 3, 8), 2.0))
+    assert (cache.key_table[1, :, :, :3] == 1).all() and (cache.value_table[1, :, :, :3] == 2).all()
+    assert cache.keys[1].data_ptr() == cache.key_table[1].data_ptr()
+    assert len({KVCache(config).serial for _ in range(5)} | {cache.serial}) == 6

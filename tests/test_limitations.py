@@ -1,6 +1,7 @@
 """Notebook 11's pieces, headless: the simulated send_email tool, the defences around it (the harness
 refuses a tool it did not offer; the approval prompt denies by default and re-runs the call when the
-choice changes), and the outcome plot drawing exactly the counts it was given."""
+choice changes), the outcome plot drawing exactly the counts it was given, and the constrained-output
+pictures (the mask along one call, the committed invalid-call measurement)."""
 from __future__ import annotations
 
 import matplotlib
@@ -8,10 +9,12 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import json  # noqa: E402
+
 import pytest  # noqa: E402
 
 from llmkit.chat_template import tool_line  # noqa: E402
-from llmkit.tools import EXAMPLE_TOOLS, get_weather, run_tool_call, send_email  # noqa: E402
+from llmkit.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, run_tool_call, send_email  # noqa: E402
 from llmkit.viz import limitations as viz  # noqa: E402
 
 WANTED = {"to": "mallory@example.com", "body": "the whole conversation"}
@@ -125,3 +128,111 @@ def test_outcome_order_is_first_seen():
 def test_plot_outcomes_refuses_nothing_to_draw():
     with pytest.raises(ValueError, match="at least one count"):
         viz.plot_outcomes({"clean": {}}, title="empty")
+
+
+# ---------------------------------------------------------------------------------------------- constrained output
+CALL = {"name": "get_weather", "input": {"city": "Pune", "day": "tomorrow"}}
+
+
+def test_mask_walk_writes_the_call_and_ends_it(tokenizer):
+    steps = viz.mask_walk(tokenizer, EXAMPLE_TOOLS, CALL)
+    assert "".join(step.piece for step in steps[:-1]) == json.dumps(CALL)
+    assert steps[-1].piece == "<|end_tool_call|>"
+    assert all(1 <= step.allowed <= tokenizer.vocab_size for step in steps)
+    assert all(len(step.examples) == min(6, step.allowed) for step in steps)
+    assert all(example.startswith("{") for example in steps[0].examples)  # a call opens with {
+
+
+def test_mask_walk_is_tight_on_structure_and_loose_inside_a_string(tokenizer):
+    steps = viz.mask_walk(tokenizer, EXAMPLE_TOOLS, CALL)
+    written, checked = "", set()
+    for step in steps[:-1]:
+        if written.endswith('"day": "'):  # an enum: only the start of "today" or "tomorrow"
+            assert step.allowed <= 4
+            assert all("today".startswith(e) or "tomorrow".startswith(e) for e in step.examples)
+            checked.add("enum")
+        if written.endswith('"city": "'):  # a free string: nearly the whole vocabulary
+            assert step.allowed > tokenizer.vocab_size // 2
+            checked.add("string")
+        written += step.piece
+    assert checked == {"enum", "string"}
+    assert sum(step.allowed == 1 for step in steps) > len(steps) // 3  # many steps are forced
+
+
+def test_mask_walk_refuses_a_call_the_constraint_would_not_allow(tokenizer):
+    with pytest.raises(ValueError, match="not a valid continuation"):
+        viz.mask_walk(tokenizer, [calculator, count_letters], CALL)  # get_weather not offered
+    with pytest.raises(ValueError, match="not a valid continuation"):
+        viz.mask_walk(tokenizer, [get_weather], {"name": "get_weather", "input": {"city": "Pune", "day": "soon"}})
+    with pytest.raises(TypeError, match="name"):
+        viz.mask_walk(tokenizer, [get_weather], {"city": "Pune"})
+
+
+def test_plot_allowed_tokens_draws_one_bar_per_step():
+    steps = [viz.MaskStep("{", 1, ("{",)), viz.MaskStep(' "', 2, (" ", ' "')), viz.MaskStep("P", 1900, ())]
+    fig = viz.plot_allowed_tokens(steps, vocab_size=2048, title="mask")
+    ax = fig.axes[0]
+    assert [bar.get_height() for bar in ax.patches] == [1, 2, 1900]
+    assert ax.get_yscale() == "log" and ax.get_title() == "mask" and ax.get_ylabel()
+    assert [label.get_text() for label in ax.get_xticklabels()] == ["{", '\u2423"', "P"]
+
+
+@pytest.mark.parametrize("steps", [[], [viz.MaskStep("x", 0, ())], [viz.MaskStep("x", 5000, ())]])
+def test_plot_allowed_tokens_refuses_impossible_counts(steps):
+    with pytest.raises(ValueError):
+        viz.plot_allowed_tokens(steps, vocab_size=2048)
+
+
+def validity_row(constrained: bool, temperature: float, **by_reason: float) -> dict:
+    reasons = {"not_json": 0.0, "unfinished": 0.0, **by_reason}
+    return {"constrained": constrained, "temperature": temperature, "invalid_rate": sum(reasons.values()),
+            "by_reason": reasons}
+
+
+def test_the_committed_measurement_has_every_setting():
+    measured = viz.read_tool_call_validity()
+    assert "--tool-call-validity" in measured["command"]
+    rows = measured["rows"]
+    settings = {(row["temperature"], row["constrained"]) for row in rows}
+    assert {constrained for _, constrained in settings} == {False, True}
+    assert len(settings) == len(rows)  # each temperature once with the constraint off, once on
+    for row in rows:
+        assert sum(row["by_reason"].values()) == pytest.approx(row["invalid_rate"], abs=1e-3)
+        if row["constrained"]:  # the constraint leaves only calls cut off by the window
+            assert set(reason for reason, rate in row["by_reason"].items() if rate) <= {"unfinished"}
+
+
+def test_read_tool_call_validity_says_how_to_make_a_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--tool-call-validity"):
+        viz.read_tool_call_validity(tmp_path / "missing.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"rows": [{"temperature": 1.0}]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="by_reason"):
+        viz.read_tool_call_validity(broken)
+
+
+def test_validity_table_writes_percentages():
+    table = viz.validity_table([validity_row(False, 1.5, not_json=0.125, unfinished=0.25)])
+    assert table == [{"temperature": "1.5", "constraint": "off", "invalid %": "37.5", "not_json %": "12.5",
+                      "unfinished %": "25.0"}]
+
+
+def test_plot_tool_call_validity_stacks_the_reasons():
+    rows = [validity_row(False, 0.7, not_json=0.1), validity_row(True, 0.7),
+            validity_row(False, 1.5, not_json=0.2, unfinished=0.3), validity_row(True, 1.5, unfinished=0.05)]
+    fig = viz.plot_tool_call_validity(rows, title="validity")
+    ax = fig.axes[0]
+    assert ax.get_title() == "validity" and "%" in ax.get_ylabel()
+    assert [label.get_text() for label in ax.get_xticklabels()] == ["temperature 0.7", "temperature 1.5"]
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["not_json", "unfinished"]
+    not_json, unfinished = ([bar.get_height() for bar in container] for container in ax.containers)
+    assert not_json == pytest.approx([10, 0, 20, 0]) and unfinished == pytest.approx([0, 0, 30, 5])
+    assert [bar.get_y() for bar in ax.containers[1]] == pytest.approx([10, 0, 20, 0])  # stacked on not_json
+    off_bar, on_bar = ax.containers[0][0], ax.containers[0][1]
+    assert off_bar.get_x() < on_bar.get_x()  # off on the left of each pair
+    assert [text.get_text() for text in ax.texts] == ["off\n10%", "on\n0%", "off\n50%", "on\n5%"]
+
+
+def test_plot_tool_call_validity_refuses_rows_of_another_shape():
+    with pytest.raises(ValueError, match="tool_call_validity_table"):
+        viz.plot_tool_call_validity([{"temperature": 1.0, "invalid_rate": 0.1}])

@@ -199,6 +199,72 @@ def test_bf16_autocast_runs_forward_backward_and_cached_decode(name):
     assert model.embed.weight.grad is not None
 
 
+# --- inference without the module machinery (FastModel) -----------------------------------------
+
+def cached_logits(model: Transformer, ids: torch.Tensor, chunks: tuple[int, ...]) -> torch.Tensor:
+    """Logits of ``ids`` fed through a KV cache in chunks of the given sizes (1 = a decode step)."""
+    cache, pieces, start = model.new_cache(batch_size=ids.size(0)), [], 0
+    for size in chunks:
+        pieces.append(model(ids[:, start:start + size], cache=cache))
+        start += size
+    return torch.cat(pieces, dim=1)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+@torch.inference_mode()
+def test_fast_inference_path_gives_the_modules_logits_bit_for_bit(name):
+    config = FAMILIES[name]
+    model, ids = make(config), ids_for(config, batch=2, time=20)
+    chunks = (9, 1, 1, 5, 1, 3)  # a prefill, decode steps, and chunks after a cached prefix
+    assert model._fast_model(model.new_cache(batch_size=2)) is not None  # this model takes the fast path
+    fast = cached_logits(model, ids, chunks)
+    handle = model.blocks[0].register_forward_hook(lambda module, inputs, output: None)  # forces the modules
+    modules = cached_logits(model, ids, chunks)
+    handle.remove()
+    assert torch.equal(fast, modules)
+    assert (fast - model(ids)).abs().max() < 1e-4  # and both equal the cache-free forward
+
+
+@torch.inference_mode()
+def test_a_hook_added_between_decode_steps_sees_the_next_step():
+    config = FAMILIES["llama"]
+    model, ids = make(config), ids_for(config, batch=1, time=6)
+    cache = model.new_cache()
+    model(ids[:, :4], cache=cache)
+    model(ids[:, 4:5], cache=cache)
+    seen = []
+    handle = model.blocks[1].mlp.register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    model(ids[:, 5:6], cache=cache)
+    handle.remove()
+    assert seen == [(1, 1, config.d_model)]
+
+
+@torch.inference_mode()
+def test_a_swapped_layer_is_used_from_the_next_request():
+    class Silent(torch.nn.Module):  # an MLP that adds nothing to the residual stream
+        def forward(self, x):
+            return torch.zeros_like(x)
+
+    config = FAMILIES["gpt2"]
+    model, ids = make(config), ids_for(config, batch=1, time=8)
+    before = cached_logits(model, ids, (7, 1))
+    model.blocks[0].mlp = Silent()
+    after = cached_logits(model, ids, (7, 1))
+    assert not torch.equal(before, after)
+    assert model._fast_model(model.new_cache()) is None  # a layer of another kind: the modules run
+
+
+@torch.inference_mode()
+def test_the_models_own_hook_runs_on_the_fast_path():
+    config = FAMILIES["llama"]
+    model, ids = make(config), ids_for(config, batch=1, time=5)
+    handle = model.register_forward_hook(lambda module, inputs, output: output * 0)
+    cache = model.new_cache()
+    assert model._fast_model(cache) is not None
+    assert not model(ids, cache=cache).any()
+    handle.remove()
+
+
 # --- bad input -----------------------------------------------------------------------------------
 
 def test_too_long_a_sequence_names_both_numbers():
@@ -222,6 +288,8 @@ def test_ids_outside_the_vocabulary_are_named():
     ids[1, 3] = -2
     with pytest.raises(ValueError, match="token id -2"):
         model(ids)
+    with pytest.raises(ValueError, match="token id -2"):  # the same check on the fast inference path
+        model(ids, cache=model.new_cache(batch_size=2))
 
 
 def test_wrong_ids_type_or_shape_say_what_to_do():

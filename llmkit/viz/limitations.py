@@ -11,6 +11,12 @@ Deny / Allow choice (Deny first: a harness that is not sure does not act), and t
 approve a call made later by ``run_agent``. A notebook cell cannot wait for a click while it
 runs, so code that must run unattended passes a scripted hook instead. The widget also carries a
 plain HTML copy of itself, which a viewer without a live kernel shows.
+
+``mask_walk`` and ``plot_allowed_tokens`` show constrained decoding from the inside: how many
+tokens ``llmkit.constrained.ToolCallConstraint`` leaves the model at each step of one tool call.
+``read_tool_call_validity`` reads the committed measurement of invalid calls with the constraint
+off and on (``python -m llmkit.evals --tool-call-validity``), and ``plot_tool_call_validity``
+draws it, one stacked bar per setting, split by why the call could not be run.
 """
 from __future__ import annotations
 
@@ -18,8 +24,13 @@ import copy
 import functools
 import html
 import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from llmkit.chat_template import marker_ids
+from llmkit.constrained import ToolCallConstraint
+from llmkit.paths import data_path
 from llmkit.tools import Tool, run_tool_call
 
 DECISIONS = ("deny", "allow")
@@ -131,3 +142,135 @@ def approval_prompt(tools: Iterable[Tool], name: str, arguments: Mapping, *, def
     prompt.rerun()
     choice.observe(prompt.rerun, names="value")
     return prompt
+
+
+# ---------------------------------------------------------------------------------------------- constrained output
+@dataclass(frozen=True)
+class MaskStep:
+    """One step of a tool call under the constraint: the ``piece`` written next, how many tokens of
+    the vocabulary were ``allowed`` at that step (the written one among them), and a few of them."""
+
+    piece: str
+    allowed: int
+    examples: tuple[str, ...]
+
+
+def mask_walk(tokenizer, tools, call: Mapping, *, examples: int = 6) -> list[MaskStep]:
+    """Write ``call`` (``{"name": ..., "input": {...}}``) token by token under a fresh
+    ``ToolCallConstraint`` for ``tools``, as the model would after ``<|tool_call|>``, recording the
+    mask before each token; the last step is ``<|end_tool_call|>``.
+
+    The call is encoded as the chat template writes it (``json.dumps``); one the constraint would
+    not allow (a tool not offered, an argument off its schema) raises ``ValueError`` at that token.
+    """
+    if not isinstance(call, Mapping) or set(call) != {"name", "input"}:
+        raise TypeError(f'call must be a dict {{"name": ..., "input": {{...}}}}, got {call!r}')
+    constraint = ToolCallConstraint(tokenizer, tools)
+    markers = marker_ids(tokenizer)
+    constraint.advance(markers["tool_call"])  # the model has opened a call
+    ids = tokenizer.encode(json.dumps(dict(call), ensure_ascii=False), disallowed_special=())
+    steps = []
+    for token in ids + [markers["end_tool_call"]]:
+        mask = constraint.allowed()
+        allowed = mask.nonzero().flatten().tolist()
+        if token not in allowed:
+            raise ValueError(f"{tokenizer.decode([token])!r} after {tokenizer.decode(ids[:len(steps)])!r} is not "
+                             f"a valid continuation of a call to these tools; pass a call that fits their schemas")
+        steps.append(MaskStep(tokenizer.decode([token]), len(allowed),
+                              tuple(tokenizer.decode([t]) for t in allowed[:examples])))
+        constraint.advance(token)
+    return steps
+
+
+def plot_allowed_tokens(steps: Sequence[MaskStep], *, vocab_size: int,
+                        title: str = "Tokens the constraint allows at each step of a tool call"):
+    """One bar per token of the call (labelled with it, a space shown as ␣): how many tokens were
+    allowed there, on a log scale, with the whole vocabulary as a dashed line. A bar of height 1 is
+    a forced step: the model's choice made no difference."""
+    import matplotlib.pyplot as plt
+
+    if not steps:
+        raise ValueError("steps is empty: pass mask_walk(tokenizer, tools, call)")
+    if any(not 1 <= step.allowed <= vocab_size for step in steps):
+        raise ValueError(f"every step allows between 1 and vocab_size={vocab_size} tokens; got "
+                         f"{[step.allowed for step in steps]}")
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.22 * len(steps) + 1.5), 3.6))
+    ax.bar(range(len(steps)), [step.allowed for step in steps], color="tab:blue")
+    ax.axhline(vocab_size, color="grey", linestyle="--", linewidth=1)
+    ax.text(len(steps) - 0.5, vocab_size, f"whole vocabulary ({vocab_size})", ha="right", va="bottom", fontsize=8,
+            color="grey")
+    ax.set_yscale("log")
+    ax.set_ylim(0.8, vocab_size * 2.5)
+    labels = [step.piece.replace(" ", "\u2423") for step in steps]  # a space shown as a visible mark
+    ax.set_xticks(range(len(steps)), labels, rotation=90, fontsize=8, family="monospace")
+    ax.set_xlim(-0.6, len(steps) - 0.4)
+    ax.set_xlabel("the token written at this step")
+    ax.set_ylabel("tokens allowed (log scale)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def read_tool_call_validity(path: str | Path | None = None) -> dict:
+    """The committed measurement of invalid tool calls (default
+    ``data/models/chat/tool_call_validity.json``): the ``command`` that made it and its ``rows``,
+    one per temperature and constraint setting (``llmkit.evals.tool_call_validity_table``)."""
+    path = Path(path) if path is not None else data_path("models", "chat", "tool_call_validity.json")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; make it with python -m llmkit.evals --model chat "
+                                f"--tool-call-validity > {path.name}")
+    measured = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(measured, dict) or "rows" not in measured:
+        raise ValueError(f"{path} holds no 'rows'; make it again with python -m llmkit.evals --tool-call-validity")
+    _check_validity_rows(measured["rows"])
+    return measured
+
+
+def _check_validity_rows(rows: Sequence[Mapping]) -> None:
+    needed = {"constrained", "temperature", "invalid_rate", "by_reason"}
+    if not rows or any(not needed <= set(row) for row in rows):
+        raise ValueError(f"pass the rows of llmkit.evals.tool_call_validity_table, each with {sorted(needed)}")
+
+
+def validity_table(rows: Sequence[Mapping]) -> list[dict]:
+    """The measurement flattened for a printed table (``format_table``): temperature, constraint
+    off/on, the invalid rate and each reason's rate, as percentages of the sampled turns written
+    with one decimal."""
+    _check_validity_rows(rows)
+    return [{"temperature": f"{row['temperature']:g}", "constraint": "on" if row["constrained"] else "off",
+             "invalid %": f"{100 * row['invalid_rate']:.1f}",
+             **{f"{reason} %": f"{100 * rate:.1f}" for reason, rate in row["by_reason"].items()}}
+            for row in rows]
+
+
+def plot_tool_call_validity(rows: Sequence[Mapping], *,
+                            title: str = "Tool calls that cannot be run: constraint off vs on"):
+    """Per temperature, two bars (constraint off, on), each stacked by the reason its calls failed
+    (``by_reason``, as a percentage of the sampled turns) and labelled with its total."""
+    import matplotlib.pyplot as plt
+
+    _check_validity_rows(rows)
+    temperatures = sorted({row["temperature"] for row in rows})
+    reasons = list(dict.fromkeys(reason for row in rows for reason in row["by_reason"]))
+    width = 0.38
+    # each temperature is a pair of bars: constraint off on the left, on on the right
+    xs = [temperatures.index(row["temperature"]) + (width / 2 + 0.01) * (1 if row["constrained"] else -1)
+          for row in rows]
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for index, reason in enumerate(reasons):
+        heights = [100 * row["by_reason"].get(reason, 0.0) for row in rows]
+        bottoms = [100 * sum(row["by_reason"].get(r, 0.0) for r in reasons[:index]) for row in rows]
+        colour = OUTCOME_COLOURS[(index + 1) % len(OUTCOME_COLOURS)]  # red first: a broken call is bad
+        ax.bar(xs, heights, width, bottom=bottoms, label=reason, color=colour)
+    for x, row in zip(xs, rows):
+        ax.annotate(f"{'on' if row['constrained'] else 'off'}\n{100 * row['invalid_rate']:.0f}%",
+                    (x, 100 * row["invalid_rate"]), xytext=(0, 2), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_xticks(range(len(temperatures)), [f"temperature {t:g}" for t in temperatures])
+    highest = max(100 * row["invalid_rate"] for row in rows)
+    ax.set_ylim(0, max(highest * 1.35, 5))
+    ax.set_ylabel("calls that cannot be run (% of turns)")
+    ax.set_title(title)
+    ax.legend(title="why", fontsize=8, title_fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
