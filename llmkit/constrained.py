@@ -496,8 +496,9 @@ class ToolCallConstraint:
 
     It follows the assistant's turn as ``parse_assistant`` reads it: text, thinking blocks (where
     ``<|tool_call|>`` is only a stray marker), and tool calls. Inside a call it allows only the
-    tokens that keep the JSON a prefix of a valid call; elsewhere it restricts nothing, except that
-    with no tools ``<|tool_call|>`` is banned. One object follows one continuation, so give
+    tokens that keep the JSON a prefix of a valid call. Outside a call it bans only
+    ``<|end_tool_call|>`` (a stray one would end the turn as "tool_use" with no call to run) and,
+    with no tools, ``<|tool_call|>``. One object follows one continuation, so give
     ``generate`` a function that makes a new one: ``functools.partial(ToolCallConstraint,
     tokenizer, tools)`` (cheap: the compiled grammar is shared per tokenizer and tool set).
     """
@@ -506,10 +507,10 @@ class ToolCallConstraint:
         self.markers = marker_ids(tokenizer)
         definitions = tool_definitions(tools)
         self.grammar = _grammar(tokenizer, definitions) if definitions else None
-        self.no_call: torch.Tensor | None = None  # with no tools: everything but <|tool_call|>
+        self.outside = torch.ones(tokenizer.vocab_size, dtype=torch.bool)  # what may be drawn outside a call
+        self.outside[self.markers["end_tool_call"]] = False
         if self.grammar is None:
-            self.no_call = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
-            self.no_call[self.markers["tool_call"]] = False
+            self.outside[self.markers["tool_call"]] = False
         self.mode = "text"  # "text", "thinking" or "call"
         self.state: State | None = None  # the automaton's state inside a call
 
@@ -520,7 +521,7 @@ class ToolCallConstraint:
     def allowed(self) -> torch.Tensor | None:
         if self.mode == "call":
             return self.grammar.allowed(self.state)
-        return self.no_call  # None when tools are offered: outside a call anything goes
+        return self.outside
 
     def advance(self, token: int) -> None:
         if self.mode == "call":

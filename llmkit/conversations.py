@@ -403,7 +403,10 @@ BUILDERS = {"weather": _weather, "letters": letters_conversation, "arithmetic": 
 
 
 def make_conversations(n: int, *, split: str = "train", seed: int = 0, kinds=None) -> list[Conversation]:
-    """``n`` conversations of ``split``, the kinds taking turns (``kinds`` defaults to all of ``KINDS``)."""
+    """``n`` conversations of ``split``, the kinds taking turns (``kinds`` defaults to all of ``KINDS``).
+
+    The turns start at the first kind: with ``n`` smaller than ``len(kinds)``, the last kinds do
+    not appear (``llmkit.finetune`` rotates the list per step for that reason)."""
     kinds = _check_kinds(kinds)
     rng = random.Random(f"llmkit-conversations|{_check_split(split)}|{seed}")
     return [BUILDERS[kinds[i % len(kinds)]](rng, split) for i in range(_check_count(n))]

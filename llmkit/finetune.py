@@ -116,7 +116,10 @@ def example_source(data: str, kinds=None, fresh: float = 0.0, varied: bool = Fal
     """
     if data == "chat":
         def chat(n: int, split: str, seed: int) -> list[Conversation]:
-            conversations = make_conversations(n, split=split, seed=seed, kinds=kinds)
+            # kinds take turns from the first one, so a batch smaller than the list would never
+            # reach its tail: start each seed (each step) at a different kind
+            turns = None if kinds is None else [*kinds[seed % len(kinds):], *kinds[:seed % len(kinds)]]
+            conversations = make_conversations(n, split=split, seed=seed, kinds=turns)
             if split != "train" or not fresh:
                 return conversations
             rng = random.Random(f"llmkit-fresh|{seed}")

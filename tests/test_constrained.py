@@ -234,10 +234,12 @@ def test_token_masks_agree_with_checking_every_token(tokenizer):
 def test_the_constraint_follows_text_thinking_and_calls(tokenizer):
     ids = marker_ids(tokenizer)
     constraint = ToolCallConstraint(tokenizer, [get_weather])
-    assert isinstance(constraint, TokenConstraint) and constraint.allowed() is None  # plain text: anything
+    outside = constraint.allowed()  # plain text: anything but a stray <|end_tool_call|>
+    assert isinstance(constraint, TokenConstraint) and not outside[ids["end_tool_call"]]
+    assert outside.sum() == tokenizer.vocab_size - 1
     for token in tokenizer.encode("Hi <|tool_call|>", disallowed_special=()) + [ids["thinking"], ids["tool_call"]]:
         constraint.advance(token)  # a marker's name in the text, and <|tool_call|> inside thinking, are text
-    assert not constraint.in_call and constraint.allowed() is None
+    assert not constraint.in_call and torch.equal(constraint.allowed(), outside)
     constraint.advance(ids["end_thinking"])
     constraint.advance(ids["tool_call"])
     assert constraint.in_call and constraint.allowed().sum() == 1  # only "{" can open the JSON
@@ -247,11 +249,11 @@ def test_the_constraint_follows_text_thinking_and_calls(tokenizer):
         constraint.advance(token)
     assert constraint.allowed()[ids["end_tool_call"]] and constraint.allowed().sum() == 1
     constraint.advance(ids["end_tool_call"])
-    assert not constraint.in_call and constraint.allowed() is None
+    assert not constraint.in_call and torch.equal(constraint.allowed(), outside)
 
     no_tools = ToolCallConstraint(tokenizer, [])
     mask = no_tools.allowed()
-    assert not mask[ids["tool_call"]] and mask.sum() == tokenizer.vocab_size - 1
+    assert not mask[ids["tool_call"]] and not mask[ids["end_tool_call"]] and mask.sum() == tokenizer.vocab_size - 2
 
 
 # ------------------------------------------------------------------------------ generation
@@ -408,3 +410,16 @@ def test_tool_call_validity_on_a_model_that_breaks_calls(tokenizer):
     assert free["invalid_rate"] >= 0.5
     assert {reason for reason, rate in held["by_reason"].items() if rate} <= {"unfinished"}
     assert held["invalid_rate"] < free["invalid_rate"]
+
+
+def test_a_stray_end_of_call_outside_a_call_cannot_end_the_turn(tokenizer):
+    """Seen with the chat model after a server tool's result: it wrote <|end_tool_call|> in plain
+    text, which stops generation as "tool_use" with no call to run. Constrained, it cannot."""
+    messages = [{"role": "user", "content": "Weather in Pune?"}]
+    prompt_length = len(render(tokenizer, messages, tools=[get_weather]).ids)
+    client = tiny_client(tokenizer, "Sunny.<|end_tool_call|><|end_turn|>", prompt_length)
+    free = client.messages.create(messages=messages, tools=[get_weather], max_tokens=20, temperature=0,
+                                  constrain_tools=False)
+    assert free.stop_reason == "tool_use" and not any(b["type"] == "tool_use" for b in free.content)
+    fixed = client.messages.create(messages=messages, tools=[get_weather], max_tokens=20, temperature=0)
+    assert fixed.stop_reason != "tool_use"

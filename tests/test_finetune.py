@@ -231,3 +231,18 @@ def test_varied_invented_names_use_many_different_tokens_and_never_heldout_ones(
     assert not names & set(NAMES["heldout"])
     pieces = {i for name in names for i in tokenizer.encode(" " + name)}
     assert len(names) > 150 and len(pieces) > 150  # a fixed syllable list gives only a few dozen pieces
+
+
+def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_list():
+    """Kinds take turns from the first one; a 13-kind list with batches of 8 once trained on
+    the first 8 kinds only (no "no_tool", "search" or "react" ever reached the model)."""
+    import collections
+
+    from llmkit.finetune import example_source, step_seed
+
+    kinds = ["weather", "letters", "arithmetic", "memory", "memory", "memory", "memory", "memory",
+             "no_tool", "no_tool", "direct", "search", "react"]
+    source = example_source("chat", kinds)
+    seen = collections.Counter(c.kind for step in range(13) for c in source(8, "train", step_seed(5, step)))
+    assert set(seen) == set(kinds)
+    assert seen["memory"] == 5 * seen["react"]  # the list's weights hold over a full rotation
