@@ -109,6 +109,7 @@ class Attention(nn.Module):
         self.layer_index = layer_index  # which slot of the KV cache is ours
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         self.heads = (self.n_heads, self.n_kv_heads, self.n_kv_heads)  # query, key and value heads
+        self.split = [n * self.head_dim for n in self.heads]  # q, k, v widths in qkv's output (to split by hand)
         self.qkv = nn.Linear(config.d_model, sum(self.heads) * self.head_dim, bias=config.bias)  # one matmul
         self.out = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = config.dropout
