@@ -20,8 +20,8 @@ How a step decides which tokens are allowed:
    rejected byte rules out every token that starts with it; and the automaton's states are small
    hashable values, so the mask of a state seen before is a dictionary lookup.
 3. ``<|end_tool_call|>`` is allowed only where the JSON is complete; no other control token is
-   allowed inside a call. Outside a call nothing is restricted, except that ``<|tool_call|>`` is
-   banned when no tools are offered.
+   allowed inside a call. Outside a call only ``<|end_tool_call|>`` is banned (a stray one would
+   end the turn as "tool_use" with no call in it), and ``<|tool_call|>`` when no tools are offered.
 
 What it cannot do: a call cut off by ``max_tokens`` is still cut off, and valid is not right (a
 real city that is the wrong city is still wrong). A schema feature it cannot enforce (string
