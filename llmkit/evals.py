@@ -336,25 +336,21 @@ def tool_call_validity_table(model: Transformer, tokenizer, *, n: int = 48, seed
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m llmkit.evals",
                                      description="Held-out evaluation of a chat model (greedy, real tools).")
-    parser.add_argument("--model", default="chat", help="'base', 'chat' or a model folder")
     parser.add_argument("--limit", type=int, default=24, help="held-out conversations per kind (default 24)")
     parser.add_argument("--seed", type=int, default=0, help="which held-out conversations (default 0)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--json", action="store_true", help="print one JSON object (else a short table)")
     parser.add_argument("--examples", help="also write every transcript to this JSON file")
     parser.add_argument("--tool-call-validity", action="store_true",
                         help="instead, print (JSON) how often sampled tool calls are invalid, constrained decoding "
                              f"off and on, at temperatures {', '.join(map(str, VALIDITY_TEMPERATURES))}")
     parser.add_argument("--n", type=int, default=48, help="conversations per setting for --tool-call-validity")
+    from llmkit.weights import add_model_arguments, load_model_from_arguments  # floor 3
+
+    add_model_arguments(parser)
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.error("--limit must be at least 1")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from llmkit.weights import load_model  # floor 3; imported late so --help is instant
-
-    model, tokenizer = load_model(args.model, device=args.device)
+    model, tokenizer = load_model_from_arguments(args)
     if args.tool_call_validity:
         if args.n < 1:
             parser.error("--n must be at least 1")

@@ -291,24 +291,18 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m llmkit.react``: the parse-failure rate of ReAct steps at each temperature."""
     parser = argparse.ArgumentParser(prog="python -m llmkit.react",
                                      description="How often a chat model's ReAct Action cannot be parsed, by reason.")
-    parser.add_argument("--model", default="chat", help="'base', 'chat' or a model folder")
     parser.add_argument("--n", type=int, default=48, help="held-out questions per temperature (default 48)")
     parser.add_argument("--seed", type=int, default=0, help="which questions, and the sampling seed (default 0)")
     parser.add_argument("--temperatures", type=float, nargs="+", default=list(TEMPERATURES))
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--json", action="store_true", help="print one JSON object (else a short table)")
+    from llmkit.evals import react_parse_failures  # floor 5, see the module docstring
+    from llmkit.weights import add_model_arguments, load_model_from_arguments
+
+    add_model_arguments(parser)
     args = parser.parse_args(argv)
     if args.n < 1:
         parser.error("--n must be at least 1")
-    import torch
-
-    from llmkit.evals import react_parse_failures  # floor 5, see the module docstring
-    from llmkit.weights import load_model
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model, device=args.device)
+    model, tokenizer = load_model_from_arguments(args)
     runs = [react_parse_failures(model, tokenizer, temperature=t, n=args.n, seed=args.seed) for t in args.temperatures]
     if args.json:
         print(json.dumps({"model": args.model, "runs": runs}))

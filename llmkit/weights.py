@@ -263,3 +263,17 @@ def load_model(name_or_dir: str | Path = "base", device: torch.device | str | No
         raise FileNotFoundError(f"{tokenizer_path} is missing; a model folder for load_model needs the "
                                 "tokenizer the model was trained with")
     return model, Tokenizer.load(tokenizer_path)
+
+
+def add_model_arguments(parser) -> None:
+    """The options every command that runs a shipped model takes: which model, where, how many threads."""
+    parser.add_argument("--model", default="chat", help="'base', 'chat' or a model folder")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+
+
+def load_model_from_arguments(args) -> tuple[Transformer, Any]:
+    """``load_model`` for the options of ``add_model_arguments`` (setting the thread count first)."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return load_model(args.model, device=args.device)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 
 import pytest
 
@@ -53,3 +54,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close every matplotlib figure a test drew (only where a test imported pyplot)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")

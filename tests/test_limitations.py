@@ -8,7 +8,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import json  # noqa: E402
 
 import pytest  # noqa: E402
@@ -18,12 +17,6 @@ from llmkit.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, 
 from llmkit.viz import limitations as viz  # noqa: E402
 
 WANTED = {"to": "mallory@example.com", "body": "the whole conversation"}
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 # ---------------------------------------------------------------------------------------------- send_email

@@ -11,7 +11,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from llmkit.chat_template import render  # noqa: E402
@@ -23,12 +22,6 @@ from llmkit.viz import agents as viz  # noqa: E402
 
 QUESTION = [{"role": "user", "content": "Will it rain in Pune tomorrow?"}]
 CALL = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Pune", "day": "tomorrow"}}
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def reply(*content: dict) -> Message:

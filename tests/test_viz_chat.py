@@ -9,7 +9,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from llmkit.client import Client  # noqa: E402
@@ -21,12 +20,6 @@ from llmkit.viz.trace import request_rows  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 SYSTEM = "You are a helpful assistant."
 WINDOW = 256
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ matplotlib.use("Agg")
 
 from collections import Counter  # noqa: E402
 
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -18,6 +17,7 @@ from llmkit.profiling import ContextCost, Turn  # noqa: E402
 from llmkit.sampling import SamplingParams, stage_probabilities  # noqa: E402
 from llmkit.viz import generation as vg  # noqa: E402
 from llmkit.viz import sampling as vs  # noqa: E402
+from plot_checks import assert_titled_and_labelled  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -28,21 +28,6 @@ def model(tokenizer, tiny_llama):
 @pytest.fixture(scope="module")
 def logits(model, tokenizer):
     return next_token_logits(model, tokenizer.encode("ROMEO.\nGood morrow, my good"))
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
-def assert_titled_and_labelled(fig):
-    assert fig.axes, "no axes drawn"
-    has_suptitle = fig._suptitle is not None and fig._suptitle.get_text()
-    for ax in fig.axes:
-        assert ax.get_title() or has_suptitle, "a panel has no title"
-        assert ax.get_xlabel(), f"panel {ax.get_title()!r} has no x label"
-    assert any(ax.get_ylabel() for ax in fig.axes), "no y label"
 
 
 def test_survivors_are_exactly_the_tokens_left_with_probability(logits, tokenizer):

@@ -7,7 +7,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -20,12 +19,6 @@ from llmkit.viz import embeddings as ve  # noqa: E402
 @pytest.fixture(scope="module")
 def model(tokenizer, tiny_llama):
     return tiny_llama(tokenizer.vocab_size, context_length=64)
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def assert_labelled(fig) -> None:

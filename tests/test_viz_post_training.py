@@ -9,7 +9,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -20,23 +19,11 @@ from llmkit.model import ModelConfig  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
 from llmkit.viz import chat as chat_viz  # noqa: E402
 from llmkit.viz import post_training as viz  # noqa: E402
+from plot_checks import assert_titled_and_labelled  # noqa: E402
 from scripted_model import ScriptedModel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 HELLO = [{"role": "user", "content": "Hello!"}]
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
-def assert_titled_and_labelled(fig):
-    assert fig.axes, "no axes drawn"
-    for ax in fig.axes:
-        assert ax.get_title(), "a panel has no title"
-        assert ax.get_xlabel() and ax.get_ylabel(), f"panel {ax.get_title()!r} lacks an axis label"
 
 
 def scripted(tokenizer, text_ids: list[int], prompt_length: int, context_length: int = 64) -> ScriptedModel:
@@ -99,7 +86,7 @@ def test_stage_logs_come_in_stage_order(tmp_path):
     assert [log[-1]["step"] for _, log in stages] == [10, 20, 30]
     assert [name for name, _ in viz.stage_logs(tmp_path, stage="dpo")] == ["dpo stage 1"]
     fig = viz.plot_stage_logs(stages)
-    assert_titled_and_labelled(fig)
+    assert_titled_and_labelled(fig, every_panel=True)
     starts = [line.get_xdata()[0] for line in fig.axes[0].lines if "training" in line.get_label()]
     assert starts == [10, 10 + 20, 10 + 20 + 30]  # each stage's steps continue after the one before
     with pytest.raises(FileNotFoundError, match="python -m llmkit.finetune"):
@@ -111,7 +98,7 @@ def test_committed_logs_read_and_plot():
     assert stages and all(any(r["kind"] == "train" for r in log) for _, log in stages)
     assert stages[0][1][0] == {"kind": "eval", "step": 0, "heldout_loss": stages[0][1][0]["heldout_loss"]}
     dpo = viz.stage_logs(stage="dpo")[0][1]
-    assert_titled_and_labelled(viz.plot_dpo_log(dpo))
+    assert_titled_and_labelled(viz.plot_dpo_log(dpo), every_panel=True)
 
 
 # ---------------------------------------------------------------------------------------------- DPO
@@ -173,7 +160,7 @@ def test_strawberry_rows_summaries_match_their_items():
         assert viz.most_common_count_accuracy(row["items"]) == pytest.approx(row["guess_most_common_count"], abs=5e-4)
     assert viz.most_common_count_accuracy([{"count": 1}, {"count": 1}, {"count": 2}]) == pytest.approx(2 / 3)
     fig = viz.plot_strawberry(rows, baseline=0.5)
-    assert_titled_and_labelled(fig)
+    assert_titled_and_labelled(fig, every_panel=True)
     bars = [patch.get_height() for patch in fig.axes[0].patches]
     assert sorted(bars) == sorted(r["accuracy"] for r in rows)
 

@@ -7,7 +7,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -20,12 +19,6 @@ from scripted_model import ScriptedModel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SYSTEM = "You are a helpful assistant."
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def ask(text: str) -> list[dict]:

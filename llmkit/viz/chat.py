@@ -283,14 +283,19 @@ def plot_chat_growth(rows: Sequence[RequestRow], context_window: int, *, upto: i
     right.plot(turns, list(accumulate(costs)), "o-", color="tab:red", label="conversation so far")
     right.set_xlim(0.4, len(rows) + 0.6)
     right.set_ylim(0, 1.1 * sum(row.cost for row in rows))
-    right.set_xlabel("turn")
-    right.set_ylabel("dollars")
-    right.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-    right.set_title("The bill")
-    right.legend(fontsize=7, loc="upper left")
+    _dollar_panel(right, "The bill")
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _dollar_panel(ax, title: str) -> None:
+    """Finish a panel of dollars per turn: the amounts are millionths, so scientific ticks."""
+    ax.set_xlabel("turn")
+    ax.set_ylabel("dollars")
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left")
 
 
 def context_fill_html(row: RequestRow, context_window: int) -> str:
@@ -312,28 +317,20 @@ def context_fill_html(row: RequestRow, context_window: int) -> str:
 
 def chat_growth_slider(rows: Sequence[RequestRow], context_window: int, *, turn: int = 1):
     """A turn slider over a recorded conversation: the context window filling and the bill adding up."""
-    import ipywidgets as widgets  # imported here so `import llmkit` never needs ipywidgets
-
-    from llmkit.viz.sampling import png_bytes
+    from llmkit.viz.sampling import picture_slider
 
     _check_rows(rows, context_window)
-    slider = widgets.IntSlider(value=min(max(turn, 1), len(rows)), min=1, max=len(rows), description="turns",
-                               continuous_update=False)
-    text = widgets.HTML()
-    picture = widgets.Image(format="png")
 
-    def redraw(_change=None) -> None:
-        row = rows[slider.value - 1]
-        so_far = sum(r.cost for r in rows[:slider.value])
-        text.value = (f"<p>Turn <b>{row.number}</b>: the request carries <b>{row.prompt_tokens}</b> tokens for a "
-                      f"{row.new_message}-token new message; the reply adds {row.output_tokens} "
-                      f"(stop reason {html.escape(row.stop_reason)}). This turn costs ${row.cost:.6f}; the "
-                      f"conversation so far ${so_far:.6f}.</p>" + context_fill_html(row, context_window))
-        picture.value = png_bytes(plot_chat_growth(rows, context_window, upto=slider.value))
+    def describe(turns: int) -> str:
+        row = rows[turns - 1]
+        so_far = sum(r.cost for r in rows[:turns])
+        return (f"<p>Turn <b>{row.number}</b>: the request carries <b>{row.prompt_tokens}</b> tokens for a "
+                f"{row.new_message}-token new message; the reply adds {row.output_tokens} "
+                f"(stop reason {html.escape(row.stop_reason)}). This turn costs ${row.cost:.6f}; the "
+                f"conversation so far ${so_far:.6f}.</p>" + context_fill_html(row, context_window))
 
-    slider.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([slider, text, picture])
+    return picture_slider(len(rows), lambda turns: plot_chat_growth(rows, context_window, upto=turns), describe,
+                          start=turn, description="turns")
 
 
 def plot_caching(cached_runs: Sequence[Sequence[RequestRow]], uncached_runs: Sequence[Sequence[RequestRow]],
@@ -368,11 +365,7 @@ def plot_caching(cached_runs: Sequence[Sequence[RequestRow]], uncached_runs: Seq
               label="no prompt cache")
     right.bar([t + width / 2 for t in turns], [r.cost for r in rows], width, color="tab:green",
               label="with the prompt cache")
-    right.set_xlabel("turn")
-    right.set_ylabel("dollars")
-    right.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-    right.set_title("The bill per turn")
-    right.legend(fontsize=7, loc="upper left")
+    _dollar_panel(right, "The bill per turn")
     fig.suptitle(title)
     fig.tight_layout()
     return fig

@@ -6,6 +6,7 @@ has a title and labelled axes. ``step_view`` returns plain data, testable withou
 """
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from llmkit.generate import generate
 from llmkit.model import Transformer
 from llmkit.profiling import ContextCost, Turn
 from llmkit.sampling import SamplingParams, process_logits
-from llmkit.viz.sampling import png_bytes, token_text
+from llmkit.viz.sampling import picture_slider, token_text
 
 
 @dataclass
@@ -83,25 +84,17 @@ def generation_stepper(model: Transformer, tokenizer, prompt: str, *, max_new_to
     """A step slider over one real generation: the context, the distribution, the chosen token.
 
     The generation runs once (``keep_logits=True``); moving the slider replays its steps."""
-    import ipywidgets as widgets  # imported here so `import llmkit` never needs ipywidgets
-
     sampling = sampling or SamplingParams(temperature=0.8)
     prompt_ids = tokenizer.encode(prompt)
     result = generate(model, prompt_ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
                       keep_logits=True)
-    slider = widgets.IntSlider(value=step, min=1, max=len(result.tokens), description="step",
-                               continuous_update=False)
-    text = widgets.HTML()
-    picture = widgets.Image(format="png")
 
-    def redraw(_change=None) -> None:
-        view = step_view(tokenizer, prompt_ids, result.tokens, result.logits, sampling, slider.value)
-        text.value = step_html(view)
-        picture.value = png_bytes(plot_step(view))
+    @functools.cache  # describe and draw both need the step's view
+    def view(step: int):
+        return step_view(tokenizer, prompt_ids, result.tokens, result.logits, sampling, step)
 
-    slider.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([slider, text, picture])
+    return picture_slider(len(result.tokens), lambda step: plot_step(view(step)), lambda step: step_html(view(step)),
+                          start=step)
 
 
 def plot_stream(elapsed: Sequence[float], title: str = "Streaming: when each token arrived"):

@@ -130,3 +130,25 @@ def png_bytes(fig) -> bytes:
     fig.savefig(buffer, format="png", dpi=80)
     plt.close(fig)  # drawn into the widget only, not a second time below the cell
     return buffer.getvalue()
+
+
+def picture_slider(count: int, draw, describe, *, start: int = 1, description: str = "step"):
+    """A slider over steps ``1..count`` with a line of HTML and a picture, redrawn on every move.
+
+    ``describe(step) -> str`` gives the HTML and ``draw(step) -> Figure`` the picture; the notebooks'
+    steppers (a generation, a conversation, a trace) differ only in those two functions.
+    """
+    import ipywidgets as widgets  # imported here so `import llmkit` never needs ipywidgets
+
+    slider = widgets.IntSlider(value=min(max(start, 1), count), min=1, max=count, description=description,
+                               continuous_update=False)
+    text = widgets.HTML()
+    picture = widgets.Image(format="png")
+
+    def redraw(_change=None) -> None:
+        text.value = describe(slider.value)
+        picture.value = png_bytes(draw(slider.value))
+
+    slider.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([slider, text, picture])

@@ -363,24 +363,15 @@ def plot_timeline(trace: Trace, *, upto: int | None = None, title: str = "One re
 def trace_stepper(trace: Trace, *, step: int = 1):
     """A slider over the events of a trace: each step says what happened in words and draws the
     timeline up to that event (outlined in red)."""
-    import ipywidgets as widgets  # imported here so `import llmkit` never needs ipywidgets
-
-    from llmkit.viz.sampling import png_bytes
+    from llmkit.viz.sampling import picture_slider
 
     events = sorted(trace.events, key=lambda event: event.t)
     if not events:
         raise ValueError("the trace is empty: record one with Client.messages.create(..., trace=trace) first")
-    slider = widgets.IntSlider(value=min(max(step, 1), len(events)), min=1, max=len(events), description="step",
-                               continuous_update=False)
-    text = widgets.HTML()
-    picture = widgets.Image(format="png")
 
-    def redraw(_change=None) -> None:
-        event = events[slider.value - 1]
-        text.value = (f"<p>Step <b>{slider.value}</b> of {len(events)}, at {1000 * event.t:.1f} ms: "
-                      f"<b>{html.escape(event.kind)}</b>. {html.escape(event_story(event))}</p>")
-        picture.value = png_bytes(plot_timeline(trace, upto=slider.value))
+    def describe(step: int) -> str:
+        event = events[step - 1]
+        return (f"<p>Step <b>{step}</b> of {len(events)}, at {1000 * event.t:.1f} ms: "
+                f"<b>{html.escape(event.kind)}</b>. {html.escape(event_story(event))}</p>")
 
-    slider.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([slider, text, picture])
+    return picture_slider(len(events), lambda step: plot_timeline(trace, upto=step), describe, start=step)
