@@ -16,6 +16,8 @@ behaviours we want, each one small enough to fit the course model's 256-token co
 - react:      a weather, letters or arithmetic task in the legacy ReAct text protocol (``llmkit.react``):
               "Thought: ...\nAction: tool(...)", then "Observation: <result>", then "Answer: ..."
               (not in KINDS either: ask for it by name)
+- repeat:     "Repeat after me: Anya Warsaw giraffe" -> the same words back (not in KINDS: practice at
+              copying from the context, the skill the memory answer needs; ask for it by name)
 
 Every tool result is computed by the real tool (``llmkit.tools.run_tool_call``), so an answer
 always agrees with what the harness would send. Umbrella rule: take one when the chance of rain
@@ -338,6 +340,24 @@ def _memory(rng: random.Random, split: str) -> Conversation:
                         Expected(None, None, (name,), facts={"name": name}))
 
 
+REPEAT_REQUESTS = ["Repeat after me: {text}", "Say this back to me exactly: {text}", "Please repeat: {text}"]
+
+
+def repeat_conversation(rng: random.Random, split: str, items: list[str] | None = None) -> Conversation:
+    """Say a few names, cities and words back exactly: practice at copying from the context.
+
+    Remembering a name is copying it, token by token, from earlier in the history; a small model
+    copies only the tokens it has practised copying. ``items`` defaults to 3-6 values of ``split``.
+    """
+    pool = NAMES[split] + CITIES[split] + words(split)
+    items = items or [rng.choice(pool) for _ in range(rng.randint(3, 6))]
+    text = " ".join(items)
+    messages = [{"role": "user", "content": rng.choice(REPEAT_REQUESTS).format(text=text)},
+                {"role": "assistant", "content": text}]
+    return Conversation("repeat", split, messages, _offer(rng, None) or None, rng.choice(SYSTEM_PROMPTS),
+                        Expected(None, None, (text,), facts={"items": items}))
+
+
 def _direct(rng: random.Random, split: str) -> Conversation:
     question, answer, keyword = rng.choice(DIRECT[split])
     messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
@@ -399,7 +419,8 @@ def _react(rng: random.Random, split: str) -> Conversation:
 
 
 BUILDERS = {"weather": _weather, "letters": letters_conversation, "arithmetic": _arithmetic, "memory": _memory,
-            "direct": _direct, "no_tool": _no_tool, "react": _react}  # "react" is not in KINDS: ask for it
+            "direct": _direct, "no_tool": _no_tool, "react": _react,
+            "repeat": repeat_conversation}  # "react" and "repeat" are not in KINDS: ask for them
 
 
 def make_conversations(n: int, *, split: str = "train", seed: int = 0, kinds=None) -> list[Conversation]:

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from llmkit.chat_template import marker_ids
 from llmkit.conversations import (CITIES, NAMES, SYLLABLES, WEATHER_QUESTIONS, WEATHER_THINKING, Conversation, Preference,
                                   as_react, letters_conversation, make_conversations, make_preferences, pick_letter,
-                                  strawberry_task, strawberry_tasks, weather_conversation, words)
+                                  repeat_conversation, strawberry_task, strawberry_tasks, weather_conversation, words)
 from llmkit.data import Batch
 from llmkit.model import ModelConfig, Transformer
 from llmkit.paths import data_path
@@ -74,6 +74,7 @@ class FinetuneConfig(TrainConfig):
     kinds: list[str] | None = None
     fresh_entities: float = 0.0  # fraction of training conversations about an invented city/name/word
     varied_entities: bool = False  # invent them from syllables over the whole alphabet (varied_syllable)
+    piece_entities: bool = False  # build half of them from the tokenizer's own letter tokens (word_pieces)
     heldout_examples: int = 96  # held-out conversations (or pairs) scored every eval_every steps
     dropout: float = 0.0  # synthetic data never repeats, so the base model's dropout only slows learning
     beta: float = 0.1  # DPO: how strongly rewards are measured against the reference
@@ -105,12 +106,14 @@ class FinetuneConfig(TrainConfig):
 
 # ------------------------------------------------------------------------------------------ data
 def example_source(data: str, kinds=None, fresh: float = 0.0, varied: bool = False,
-                   fits: Callable[[Conversation], bool] | None = None) -> Callable[[int, str, int], list[Conversation]]:
+                   fits: Callable[[Conversation], bool] | None = None,
+                   pieces: Sequence[str] = ()) -> Callable[[int, str, int], list[Conversation]]:
     """``(n, split, seed) -> conversations`` for a config's ``data`` string.
 
     ``fresh``: the fraction of training conversations whose city, name or word is replaced by a
     freshly invented one (see ``with_fresh_entity``); held-out conversations are never changed.
     ``varied``: invent them from syllables over the whole alphabet (see ``varied_syllable``).
+    ``pieces``: build half of the invented values from these token strings (see ``word_pieces``).
     A longer invented name can push a conversation past the context: where ``fits`` says it
     does not fit, the original conversation is kept.
     """
@@ -123,7 +126,7 @@ def example_source(data: str, kinds=None, fresh: float = 0.0, varied: bool = Fal
             if split != "train" or not fresh:
                 return conversations
             rng = random.Random(f"llmkit-fresh|{seed}")
-            changed = [with_fresh_entity(c, rng, varied) if rng.random() < fresh else c for c in conversations]
+            changed = [with_fresh_entity(c, rng, varied, pieces) if rng.random() < fresh else c for c in conversations]
             return [new if new is old or fits is None or fits(new) else old for new, old in zip(changed, conversations)]
         return chat
     if data.startswith("strawberry:"):
@@ -164,12 +167,34 @@ def varied_syllable(rng: random.Random) -> str:
     return rng.choice(ONSETS) + rng.choice(NUCLEI) + rng.choice(CODAS)
 
 
+def word_pieces(tokenizer) -> list[str]:
+    """Every token of ``tokenizer`` that is letters only (after one optional leading space), lower-cased.
+
+    Copying a name is an induction step per token: "the token after the earlier ' V' was 'iol'".
+    It only works for tokens the model has practised copying, and syllables, however varied,
+    re-tokenize into the common pieces: the SFT stage-7 model copied 13 of 16 held-out names
+    perfectly and failed on every "Anya", "Zoe" and "Viola" (tokens ' An', 'oe', 'iol'). Names
+    built from the vocabulary's own letter tokens give every such token its practice.
+    """
+    pieces = set()
+    for token_id in range(tokenizer.vocab_size):
+        if token_id in tokenizer.special_tokens.values():
+            continue
+        text = tokenizer.token_bytes(token_id).decode("utf-8", errors="replace").removeprefix(" ")
+        if text.isascii() and text.isalpha():
+            pieces.add(text.lower())
+    return sorted(pieces)
+
+
 def _invent(rng: random.Random, syllables: tuple[int, int], taken: set[str], capital: bool,
-            varied: bool = False) -> str:
+            varied: bool = False, pieces: Sequence[str] = ()) -> str:
     """A made-up word of ``syllables`` (low, high) syllables that is not in ``taken``; ``varied``
-    draws syllables over the whole alphabet (``varied_syllable``), else from ``SYLLABLES``."""
+    draws syllables over the whole alphabet (``varied_syllable``), else from ``SYLLABLES``; with
+    ``pieces``, half of the words are instead (low, high) random pieces (``word_pieces``)."""
     while True:
         pick = (lambda: varied_syllable(rng)) if varied else (lambda: rng.choice(SYLLABLES))
+        if pieces and rng.random() < 0.5:
+            pick = lambda: rng.choice(pieces)  # noqa: E731
         text = "".join(pick() for _ in range(rng.randint(*syllables)))
         text = text.capitalize() if capital else text
         if text not in taken:
@@ -182,7 +207,8 @@ def _heldout_values() -> set[str]:
     return set(CITIES["heldout"]) | set(NAMES["heldout"]) | set(words("heldout"))
 
 
-def with_fresh_entity(conversation: Conversation, rng: random.Random, varied: bool = False) -> Conversation:
+def with_fresh_entity(conversation: Conversation, rng: random.Random, varied: bool = False,
+                      pieces: Sequence[str] = ()) -> Conversation:
     """The same kind of conversation about a freshly invented city, name or word.
 
     The training split has only 26 cities (52 forecasts), 24 names and 52 words: a small model
@@ -191,21 +217,27 @@ def with_fresh_entity(conversation: Conversation, rng: random.Random, varied: bo
     (never a held-out one) make copying the only way to get the answer right. Weather and letter
     conversations are rebuilt, so the tool results stay real; in memory and no-tool conversations
     the name or city is swapped in the text. A ReAct weather or letters conversation is rebuilt the
-    same way and rewritten as ReAct text. Other kinds come back unchanged.
+    same way and rewritten as ReAct text, and a repeat conversation gets as many invented words.
+    Other kinds come back unchanged.
     """
     taken, kind, facts = _heldout_values(), conversation.kind, conversation.expected.facts
     if kind == "react" and facts["task"] in ("weather", "letters"):  # only the facts of the original are read
-        return as_react(with_fresh_entity(dataclasses.replace(conversation, kind=facts["task"]), rng, varied))
+        return as_react(with_fresh_entity(dataclasses.replace(conversation, kind=facts["task"]), rng, varied, pieces))
     if kind == "weather":
         question = rng.choice(list(WEATHER_QUESTIONS))
-        return weather_conversation(_invent(rng, (1, 3) if varied else (2, 3), taken, True, varied), facts["day"], question=question,
-                                    thinking=rng.choice(WEATHER_THINKING), split="train")
+        city = _invent(rng, (1, 3) if varied else (2, 3), taken, True, varied, pieces)
+        return weather_conversation(city, facts["day"], question=question, thinking=rng.choice(WEATHER_THINKING),
+                                    split="train")
     if kind == "letters":
-        return letters_conversation(rng, "train", word=_invent(rng, (2, 8) if not varied else (1, 4), taken, False, varied))
+        word = _invent(rng, (2, 8) if not varied else (1, 4), taken, False, varied, pieces)
+        return letters_conversation(rng, "train", word=word)
+    if kind == "repeat":
+        items = [_invent(rng, (1, 3), taken, rng.random() < 0.5, varied, pieces) for _ in facts["items"]]
+        return repeat_conversation(rng, "train", items)
     old = facts.get("name") if kind == "memory" else facts.get("city") if kind == "no_tool" else None
     if old is None:
         return conversation
-    new = _invent(rng, (1, 3) if kind == "memory" or varied else (2, 3), taken, True, varied)
+    new = _invent(rng, (1, 3) if kind == "memory" or varied else (2, 3), taken, True, varied, pieces)
     swap = lambda text: re.sub(rf"\b{re.escape(old)}\b", new, text)  # noqa: E731
     messages = [{"role": m["role"], "content": swap(m["content"]) if isinstance(m["content"], str) else
                  [{**b, **{k: swap(b[k]) for k in ("text", "thinking") if k in b}} for b in m["content"]]}
@@ -408,7 +440,8 @@ def finetune(stage: str, cfg: FinetuneConfig, *, resume: bool = False, stop_afte
 
     if stage == "sft":
         source = example_source(cfg.data, cfg.kinds, cfg.fresh_entities, cfg.varied_entities,
-                                fits=lambda c: len(c.render(tokenizer)) <= context + 1)
+                                fits=lambda c: len(c.render(tokenizer)) <= context + 1,
+                                pieces=word_pieces(tokenizer) if cfg.piece_entities else ())
         heldout = source(cfg.heldout_examples, "heldout", cfg.seed)
         heldout_batches = [conversation_batch(heldout[i:i + 16], tokenizer, context) for i in range(0, len(heldout), 16)]
         batch_at = lambda step: conversation_batch(source(cfg.batch_size, "train", step_seed(cfg.seed, step)),  # noqa: E731

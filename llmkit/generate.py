@@ -427,8 +427,11 @@ class _Loop:
     def run(self) -> Iterator[TokenEvent | StopEvent]:
         model, n, p = self.model, self.n, len(self.prompt)
         clock = _Stopwatch()
-        was_training = model.training
-        model.eval()  # dropout off while generating; the mode is restored at the end
+        # dropout off while generating, and each module's own mode back at the end (only the
+        # modules in training mode are touched: a model already in eval mode costs nothing)
+        training = [module for module in model.modules() if module.training]
+        for module in training:
+            module.training = False
         try:
             with torch.inference_mode():
                 # prompt + every sample's new tokens: what a cache-free step re-reads, and what the
@@ -470,7 +473,8 @@ class _Loop:
                 first = self.prompt + self.samples[0].tokens
                 self.prefix_cache.store(model, first[:cache.length], cache)
         finally:
-            model.train(was_training)
+            for module in training:
+                module.training = True
         yield StopEvent(self._result(kept_logits, cache_read, first_token_at, finished_at))
 
     def _rule_out(self, logits: torch.Tensor) -> torch.Tensor:

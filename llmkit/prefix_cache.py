@@ -25,7 +25,7 @@ class PrefixCacheStats:
     that were served from the cache rather than prefilled."""
 
     requests: int
-    hits: int  # requests that reused at least one block
+    hits: int  # requests that reused at least one token
     cached_tokens: int
     prefilled_tokens: int
     evictions: int
@@ -43,14 +43,25 @@ class PrefixCacheStats:
 
 
 class _Block:
-    """``block_size`` tokens and their keys and values, (n_layers, n_kv_heads, block_size, head_dim) each.
-    A block hangs under the block before it, so it is only found after that exact prefix."""
+    """Up to ``block_size`` tokens and their keys and values, (n_layers, n_kv_heads, tokens, head_dim)
+    each. A block hangs under the block before it, so it is only found after that exact prefix.
+    Only whole blocks have children; a shorter block is the tail of a stored sequence."""
 
     __slots__ = ("tokens", "parent", "children", "keys", "values")
 
     def __init__(self, tokens: tuple[int, ...], parent: _Block | None, keys=None, values=None):
         self.tokens, self.parent, self.children = tokens, parent, {}
         self.keys, self.values = keys, values
+
+
+def _shared_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` have in common."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class PrefixCache:
@@ -61,12 +72,18 @@ class PrefixCache:
     own tokens. A block is therefore found only if *every* earlier token matches too: change one
     early token and nothing after it is reused, just as a provider's prompt cache breaks when one
     byte of the prefix changes. (A key's value depends on every token before it, so reusing it
-    after a different prefix would be wrong, not just stale.) Only whole blocks are stored, so a
-    match is rounded down to a multiple of ``block_size``, and at least one prompt token is always
+    after a different prefix would be wrong, not just stale.)
+
+    Whole blocks are found with one dictionary lookup each. The end of a stored sequence is kept
+    too, as a shorter block, and the match is finished token by token: after the last whole block,
+    the child that shares the most further tokens lends its first ones. So a match is exact to the
+    token. That matters in a chat: each turn's prompt is the last turn's prompt and reply plus a
+    short new message, and on a small model a forward pass over a few tokens costs little more
+    than its fixed cost, so every token not recomputed counts. At least one prompt token is always
     prefilled, because its logits choose the first new token.
 
-    Memory: each block costs ``2 * n_layers * n_kv_heads * block_size * head_dim`` numbers. When a
-    new block would pass ``max_bytes`` the least recently used block without children is evicted
+    Memory: a block costs ``2 * n_layers * n_kv_heads * head_dim`` numbers per token. When a new
+    block would pass ``max_bytes`` the least recently used block without children is evicted
     (a block is useless without the blocks before it, so those are kept longer).
 
     Reuse never changes results: the stored keys and values are the ones a full prefill computes.
@@ -96,7 +113,8 @@ class PrefixCache:
 
     def match_length(self, tokens: Sequence[int]) -> int:
         """How many leading tokens of a prompt would be served from the cache (counts nothing)."""
-        return len(self._walk(tokens, (len(tokens) - 1) // self.block_size)) * self.block_size
+        path, _, extra = self._match(tokens)
+        return len(path) * self.block_size + extra
 
     def load(self, model: Transformer, tokens: Sequence[int], cache: KVCache) -> int:
         """Copy the longest cached prefix of ``tokens`` into the empty ``cache``; return its length.
@@ -104,53 +122,78 @@ class PrefixCache:
         if cache.length != 0:
             raise ValueError("PrefixCache.load needs an empty KV cache (cache.length == 0)")
         self._bind(model, cache)
-        path = self._walk(tokens, (len(tokens) - 1) // self.block_size)
-        reused = len(path) * self.block_size
-        if path:
+        path, partner, extra = self._match(tokens)
+        reused = len(path) * self.block_size + extra
+        if reused:
             with torch.inference_mode():  # the blocks are concatenated straight into place: one copy
                 keys, values = [block.keys for block in path], [block.values for block in path]
+                if partner is not None:
+                    keys.append(partner.keys[:, :, :extra])
+                    values.append(partner.values[:, :, :extra])
                 for row in range(cache.batch_size):
                     torch.cat(keys, dim=2, out=cache.key_table[:, row, :, :reused])
                     torch.cat(values, dim=2, out=cache.value_table[:, row, :, :reused])
             cache.length = reused
-            self._touch(path)
+            self._touch(path + ([partner] if partner is not None else []))
         counts = self._counts
         counts["requests"] += 1
-        counts["hits"] += bool(path)
+        counts["hits"] += bool(reused)
         counts["cached_tokens"] += reused
         counts["prefilled_tokens"] += len(tokens) - reused
         return reused
 
     def store(self, model: Transformer, tokens: Sequence[int], cache: KVCache, row: int = 0) -> None:
-        """Keep the whole blocks of ``tokens`` whose keys and values are in ``cache`` (row ``row``)."""
+        """Keep the blocks of ``tokens`` whose keys and values are in ``cache`` (row ``row``): the
+        whole blocks, then what is left as a shorter tail block."""
         self._bind(model, cache)
-        size = self.block_size
+        size, length = self.block_size, min(len(tokens), cache.length)
         node, path = self._root, []
         with torch.inference_mode():
-            for start in range(0, min(len(tokens), cache.length) // size * size, size):
-                key = tuple(tokens[start:start + size])
+            for start in range(0, length, size):
+                key = tuple(tokens[start:min(start + size, length)])
                 child = node.children.get(key)
+                if child is None and len(key) < size:  # a tail: skip it if a stored block already begins so
+                    child = next((c for c in node.children.values() if c.tokens[:len(key)] == key), None)
                 if child is None:
-                    if not self._make_room(protect=path):
+                    if not self._make_room(len(key), protect=path):
                         break
-                    child = _Block(key, node, cache.key_table[:, row, :, start:start + size].clone(),
-                                   cache.value_table[:, row, :, start:start + size].clone())
+                    self._drop_tails_within(node, key)  # shorter tails of the same tokens are now useless
+                    child = _Block(key, node, cache.key_table[:, row, :, start:start + len(key)].clone(),
+                                   cache.value_table[:, row, :, start:start + len(key)].clone())
                     node.children[key] = child
-                    self.nbytes += self._block_bytes
+                    self.nbytes += len(key) * self._token_bytes
                 path.append(child)
                 node = child
         self._touch(path)
 
     # -- inside --
 
-    def _walk(self, tokens: Sequence[int], max_blocks: int) -> list[_Block]:
-        node, path, size = self._root, [], self.block_size
-        for i in range(max_blocks):
-            node = node.children.get(tuple(tokens[i * size:(i + 1) * size]))
-            if node is None:
+    def _match(self, tokens: Sequence[int]) -> tuple[list[_Block], _Block | None, int]:
+        """The whole blocks that begin ``tokens``, then the child of the last one sharing the most
+        further tokens and how many it shares; all short of the last token, which is always prefilled."""
+        node, path, size, usable = self._root, [], self.block_size, len(tokens) - 1
+        for i in range(max(0, usable) // size):
+            child = node.children.get(tuple(tokens[i * size:(i + 1) * size]))
+            if child is None:
                 break
-            path.append(node)
-        return path
+            path.append(child)
+            node = child
+        rest = tokens[len(path) * size:max(0, usable)]
+        partner, extra = None, 0
+        if rest:
+            for child in node.children.values():
+                shared = _shared_length(child.tokens, rest)
+                if shared > extra:
+                    partner, extra = child, shared
+        return path, partner, extra
+
+    def _drop_tails_within(self, node: _Block, tail: tuple[int, ...]) -> None:
+        """Remove ``node``'s tail blocks whose tokens all begin ``tail`` (it covers them)."""
+        for key, child in list(node.children.items()):
+            if len(key) < len(tail) and tail[:len(key)] == key:
+                del node.children[key]
+                del self._recency[child]
+                self.nbytes -= len(key) * self._token_bytes
 
     def _touch(self, path: list[_Block]) -> None:
         # Deepest first, so every block is more recent than the blocks after it: eviction then
@@ -159,15 +202,15 @@ class PrefixCache:
             self._recency[block] = None
             self._recency.move_to_end(block)
 
-    def _make_room(self, protect: list[_Block]) -> bool:
-        """Evict least recently used leaf blocks until one more block fits; False if it cannot."""
-        while self.nbytes + self._block_bytes > self.max_bytes:
+    def _make_room(self, n_tokens: int, protect: list[_Block]) -> bool:
+        """Evict least recently used leaf blocks until ``n_tokens`` more fit; False if they cannot."""
+        while self.nbytes + n_tokens * self._token_bytes > self.max_bytes:
             victim = next((b for b in self._recency if not b.children and b not in protect), None)
             if victim is None:
                 return False
             del victim.parent.children[victim.tokens]
             del self._recency[victim]
-            self.nbytes -= self._block_bytes
+            self.nbytes -= len(victim.tokens) * self._token_bytes
             self._counts["evictions"] += 1
         return True
 
@@ -184,10 +227,10 @@ class PrefixCache:
         if bound is None or fingerprint != self._fingerprint:
             self.clear()
             self._model, self._fingerprint = weakref.ref(model), fingerprint
-        self._block_bytes = 2 * len(cache.keys) * keys.size(1) * self.block_size * keys.size(3) * keys.element_size()
-        if self._block_bytes > self.max_bytes:
+        self._token_bytes = 2 * len(cache.keys) * keys.size(1) * keys.size(3) * keys.element_size()
+        if self._token_bytes * self.block_size > self.max_bytes:
             raise ValueError(f"max_bytes={self.max_bytes} cannot hold even one block of {self.block_size} tokens "
-                             f"({self._block_bytes} bytes for this model); raise max_bytes or lower block_size")
+                             f"({self._token_bytes * self.block_size} bytes for this model); raise max_bytes or lower block_size")
 
     def __repr__(self) -> str:
         s = self.stats

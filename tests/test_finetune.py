@@ -233,6 +233,36 @@ def test_varied_invented_names_use_many_different_tokens_and_never_heldout_ones(
     assert len(names) > 150 and len(pieces) > 150  # a fixed syllable list gives only a few dozen pieces
 
 
+def test_word_pieces_are_the_tokenizers_own_letter_tokens(tokenizer):
+    from llmkit.finetune import word_pieces
+
+    pieces = word_pieces(tokenizer)
+    assert pieces == sorted(set(pieces)) and all(p.isascii() and p.isalpha() and p.islower() for p in pieces)
+    tokens = {tokenizer.token_bytes(i).decode("utf-8", errors="replace").strip().lower()
+              for i in range(tokenizer.vocab_size)}
+    assert set(pieces) <= tokens  # each is a token's own text, bare or after a space, in some casing
+    assert len(pieces) > 1000  # nearly all of a 2048-token English vocabulary
+    # the tokens of the three held-out names the stage-7 model never copied are all practised
+    assert {"an", "oe", "iol"} <= set(pieces)
+
+
+def test_piece_names_reach_tokens_that_syllables_miss(tokenizer):
+    from llmkit.conversations import NAMES
+    from llmkit.finetune import example_source, word_pieces
+
+    def names_and_tokens(**kwargs):
+        source = example_source("chat", ["memory"], fresh=1.0, varied=True, **kwargs)
+        names = {c.messages[1]["content"].removeprefix("Nice to meet you, ").rstrip("!")
+                 for seed in range(4) for c in source(100, "train", seed)}
+        return names, {i for name in names for i in tokenizer.encode_ordinary(" " + name)}
+
+    syllable_names, syllable_tokens = names_and_tokens()
+    piece_names, piece_tokens = names_and_tokens(pieces=word_pieces(tokenizer))
+    assert not piece_names & set(NAMES["heldout"])
+    assert len(piece_tokens) > 1.5 * len(syllable_tokens)
+    assert len(piece_tokens - syllable_tokens) > 150
+
+
 def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_list():
     """Kinds take turns from the first one; a 13-kind list with batches of 8 once trained on
     the first 8 kinds only (no "no_tool", "search" or "react" ever reached the model)."""
@@ -246,3 +276,19 @@ def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_lis
     seen = collections.Counter(c.kind for step in range(13) for c in source(8, "train", step_seed(5, step)))
     assert set(seen) == set(kinds)
     assert seen["memory"] == 5 * seen["react"]  # the list's weights hold over a full rotation
+
+
+def test_repeat_conversations_say_the_words_back_and_fresh_ones_invent_every_word(tokenizer):
+    from llmkit.conversations import CITIES, NAMES, make_conversations, words
+    from llmkit.finetune import example_source, word_pieces
+
+    heldout = set(NAMES["heldout"]) | set(CITIES["heldout"]) | set(words("heldout"))
+    for c in make_conversations(12, split="heldout", seed=3, kinds=["repeat"]):
+        items = c.expected.facts["items"]
+        assert 3 <= len(items) <= 6 and set(items) <= heldout
+        assert c.messages[-1]["content"] == " ".join(items) and c.messages[0]["content"].endswith(" ".join(items))
+    source = example_source("chat", ["repeat"], fresh=1.0, varied=True, pieces=word_pieces(tokenizer))
+    for c in source(40, "train", 5):
+        said = c.messages[-1]["content"].split()
+        assert said == c.expected.facts["items"] and not set(said) & heldout
+        assert c.messages[0]["content"].endswith(c.messages[-1]["content"])

@@ -1,5 +1,6 @@
 """PrefixCache.load and store move keys and values between a request's KV cache and the block trie
-exactly: what comes back is bit for bit what a prefill of those tokens wrote."""
+exactly: what comes back is bit for bit what a prefill of those tokens wrote, and a match is exact
+to the token."""
 import pytest
 import torch
 
@@ -23,15 +24,16 @@ def test_a_loaded_prefix_is_exactly_what_the_prefill_wrote(model, batch):
     model(torch.tensor([tokens]), cache=prefilled)
     prefix_cache = PrefixCache(max_bytes=2**24, block_size=16)
     prefix_cache.store(model, tokens, prefilled)
-    assert prefix_cache.stats.blocks == 3  # 48 of the 50 tokens: whole blocks only
+    assert prefix_cache.stats.blocks == 4  # three whole blocks of 16 and a tail of 2
+    assert prefix_cache.nbytes == 50 * 2 * CONFIG.n_layers * CONFIG.n_kv_heads * CONFIG.head_dim * 4
 
     cache = model.new_cache(batch_size=batch, max_length=64)
     cache.key_table.fill_(float("nan"))  # whatever is not loaded stays visibly unset
-    assert prefix_cache.load(model, tokens + [7, 8], cache) == 48 and cache.length == 48
+    assert prefix_cache.load(model, tokens + [7, 8], cache) == 50 and cache.length == 50
     for row in range(batch):
-        assert torch.equal(cache.key_table[:, row, :, :48], prefilled.key_table[:, 0, :, :48])
-        assert torch.equal(cache.value_table[:, row, :, :48], prefilled.value_table[:, 0, :, :48])
-    assert cache.key_table[:, :, :, 48:].isnan().all()
+        assert torch.equal(cache.key_table[:, row, :, :50], prefilled.key_table[:, 0, :, :50])
+        assert torch.equal(cache.value_table[:, row, :, :50], prefilled.value_table[:, 0, :, :50])
+    assert cache.key_table[:, :, :, 50:].isnan().all()
 
 
 @torch.inference_mode()
@@ -42,7 +44,51 @@ def test_continuing_after_a_loaded_prefix_equals_the_full_prefill(model):
     prefix_cache.store(model, tokens, full)
     cache = model.new_cache()
     reused = prefix_cache.load(model, tokens, cache)
-    assert reused == 32  # the last token is always prefilled, so the match stops at a block boundary before it
+    assert reused == 39  # all but the last token, which is always prefilled
     logits = model(torch.tensor([tokens[reused:]]), cache=cache, last_only=True)
     assert (logits - expected).abs().max() < 1e-5
     assert not torch.equal(logits, model(torch.tensor([tokens[:-1] + [0]]), last_only=True))  # control
+
+
+def prefilled_cache(model, tokens):
+    cache = model.new_cache(max_length=64)
+    model(torch.tensor([tokens]), cache=cache)
+    return cache
+
+
+@torch.inference_mode()
+def test_a_match_stops_exactly_at_the_first_different_token(model):
+    tokens = torch.randint(0, CONFIG.vocab_size, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    prefix_cache = PrefixCache(max_bytes=2**24, block_size=8)
+    prefix_cache.store(model, tokens, prefilled_cache(model, tokens))
+    for changed_at in (0, 1, 7, 8, 13, 31, 38):  # inside blocks, on block boundaries, in the tail
+        changed = tokens[:changed_at] + [(tokens[changed_at] + 1) % CONFIG.vocab_size] + tokens[changed_at + 1:]
+        assert prefix_cache.match_length(changed) == changed_at
+        cache = model.new_cache(max_length=64)
+        assert prefix_cache.load(model, changed, cache) == changed_at
+        assert torch.equal(cache.key_table[:, 0, :, :changed_at], prefilled_cache(model, changed).key_table[:, 0, :, :changed_at])
+
+
+@torch.inference_mode()
+def test_a_longer_tail_replaces_the_shorter_ones_it_covers(model):
+    tokens = torch.randint(0, CONFIG.vocab_size, (30,), generator=torch.Generator().manual_seed(4)).tolist()
+    prefix_cache = PrefixCache(max_bytes=2**24, block_size=16)
+    token_bytes = 2 * CONFIG.n_layers * CONFIG.n_kv_heads * CONFIG.head_dim * 4
+    for length in (20, 25, 22, 30):  # 22 is inside the tail of 25: nothing new to keep
+        prefix_cache.store(model, tokens[:length], prefilled_cache(model, tokens[:length]))
+    assert prefix_cache.stats.blocks == 2 and prefix_cache.nbytes == 30 * token_bytes  # one block, one 14-token tail
+    prefix_cache.store(model, tokens[:18] + [0] * 5, prefilled_cache(model, tokens[:18] + [0] * 5))
+    assert prefix_cache.stats.blocks == 3  # a tail that parts from the other after 2 tokens is kept beside it
+    assert prefix_cache.match_length(tokens[:18] + [0] * 5) == 22 and prefix_cache.match_length(tokens) == 29
+
+
+@torch.inference_mode()
+def test_tails_count_towards_the_budget_and_are_evicted_like_blocks(model):
+    token_bytes = 2 * CONFIG.n_layers * CONFIG.n_kv_heads * CONFIG.head_dim * 4
+    prefix_cache = PrefixCache(max_bytes=40 * token_bytes, block_size=8)
+    for seed in range(6):  # six different 12-token prompts: 72 tokens for a 40-token budget
+        tokens = torch.randint(0, CONFIG.vocab_size, (12,), generator=torch.Generator().manual_seed(10 + seed)).tolist()
+        prefix_cache.store(model, tokens, prefilled_cache(model, tokens))
+        assert prefix_cache.nbytes <= prefix_cache.max_bytes
+    assert prefix_cache.stats.evictions > 0
+    assert prefix_cache.match_length(tokens + [1]) == 12  # the newest prompt is still whole
