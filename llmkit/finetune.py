@@ -74,7 +74,7 @@ class FinetuneConfig(TrainConfig):
     kinds: list[str] | None = None
     fresh_entities: float = 0.0  # fraction of training conversations about an invented city/name/word
     varied_entities: bool = False  # invent them from syllables over the whole alphabet (varied_syllable)
-    piece_entities: bool = False  # build half of them from the tokenizer's own letter tokens (word_pieces)
+    corpus_entities: bool = False  # draw half of them from the corpus's words, token by token (CopyWords)
     heldout_examples: int = 96  # held-out conversations (or pairs) scored every eval_every steps
     dropout: float = 0.0  # synthetic data never repeats, so the base model's dropout only slows learning
     beta: float = 0.1  # DPO: how strongly rewards are measured against the reference
@@ -107,13 +107,13 @@ class FinetuneConfig(TrainConfig):
 # ------------------------------------------------------------------------------------------ data
 def example_source(data: str, kinds=None, fresh: float = 0.0, varied: bool = False,
                    fits: Callable[[Conversation], bool] | None = None,
-                   pieces: Sequence[str] = ()) -> Callable[[int, str, int], list[Conversation]]:
+                   lexicon: CopyWords | None = None) -> Callable[[int, str, int], list[Conversation]]:
     """``(n, split, seed) -> conversations`` for a config's ``data`` string.
 
     ``fresh``: the fraction of training conversations whose city, name or word is replaced by a
     freshly invented one (see ``with_fresh_entity``); held-out conversations are never changed.
     ``varied``: invent them from syllables over the whole alphabet (see ``varied_syllable``).
-    ``pieces``: build half of the invented values from these token strings (see ``word_pieces``).
+    ``lexicon``: draw half of the invented values from it instead (see ``CopyWords``).
     A longer invented name can push a conversation past the context: where ``fits`` says it
     does not fit, the original conversation is kept.
     """
@@ -126,7 +126,7 @@ def example_source(data: str, kinds=None, fresh: float = 0.0, varied: bool = Fal
             if split != "train" or not fresh:
                 return conversations
             rng = random.Random(f"llmkit-fresh|{seed}")
-            changed = [with_fresh_entity(c, rng, varied, pieces) if rng.random() < fresh else c for c in conversations]
+            changed = [with_fresh_entity(c, rng, varied, lexicon) if rng.random() < fresh else c for c in conversations]
             return [new if new is old or fits is None or fits(new) else old for new, old in zip(changed, conversations)]
         return chat
     if data.startswith("strawberry:"):
@@ -167,34 +167,46 @@ def varied_syllable(rng: random.Random) -> str:
     return rng.choice(ONSETS) + rng.choice(NUCLEI) + rng.choice(CODAS)
 
 
-def word_pieces(tokenizer) -> list[str]:
-    """Every token of ``tokenizer`` that is letters only (after one optional leading space), lower-cased.
+class CopyWords:
+    """The corpus's words, indexed by the tokens they are made of, to draw names for copying practice.
 
-    Copying a name is an induction step per token: "the token after the earlier ' V' was 'iol'".
-    It only works for tokens the model has practised copying, and syllables, however varied,
-    re-tokenize into the common pieces: the SFT stage-7 model copied 13 of 16 held-out names
-    perfectly and failed on every "Anya", "Zoe" and "Viola" (tokens ' An', 'oe', 'iol'). Names
-    built from the vocabulary's own letter tokens give every such token its practice.
+    Copying a name is an induction step per token ("after the earlier ' V' came 'iol'"), and a
+    small model only copies tokens it has practised copying. Invented syllables re-tokenize into
+    the few hundred common pieces: the SFT stage-7 model copied 13 of 16 held-out names perfectly
+    and never "Anya", "Zoe" or "Viola" (tokens ' An', 'oe', 'iol'). ``draw`` picks a *token* first,
+    uniformly, then a capitalised corpus word that contains it, so a rare token is practised as
+    often as a common one. Held-out values (``taken``) are never drawn.
     """
-    pieces = set()
-    for token_id in range(tokenizer.vocab_size):
-        if token_id in tokenizer.special_tokens.values():
-            continue
-        text = tokenizer.token_bytes(token_id).decode("utf-8", errors="replace").removeprefix(" ")
-        if text.isascii() and text.isalpha():
-            pieces.add(text.lower())
-    return sorted(pieces)
+
+    def __init__(self, tokenizer, text: str, taken: set[str]):
+        found = {w.capitalize() for w in re.findall(r"[A-Za-z]{3,10}", text)} - taken
+        index: dict[int, list[str]] = {}
+        for word in sorted(found):
+            for token in set(tokenizer.encode_ordinary(" " + word)):
+                index.setdefault(token, []).append(word)
+        self.index = index
+        self.tokens = sorted(index)
+
+    @classmethod
+    def for_corpus(cls, tokenizer) -> CopyWords:
+        """The words of the course corpus (``data/corpus/train.txt``), never a held-out value."""
+        return cls(tokenizer, data_path("corpus", "train.txt").read_text(encoding="utf-8"), _heldout_values())
+
+    def draw(self, rng: random.Random) -> str:
+        """A capitalised word holding a token drawn uniformly from every token the words use."""
+        return rng.choice(self.index[rng.choice(self.tokens)])
 
 
 def _invent(rng: random.Random, syllables: tuple[int, int], taken: set[str], capital: bool,
-            varied: bool = False, pieces: Sequence[str] = ()) -> str:
+            varied: bool = False, lexicon: CopyWords | None = None) -> str:
     """A made-up word of ``syllables`` (low, high) syllables that is not in ``taken``; ``varied``
     draws syllables over the whole alphabet (``varied_syllable``), else from ``SYLLABLES``; with
-    ``pieces``, half of the words are instead (low, high) random pieces (``word_pieces``)."""
+    ``lexicon``, half of the words are instead drawn from it (``CopyWords``)."""
+    if lexicon is not None and rng.random() < 0.5:
+        word = lexicon.draw(rng)
+        return word if capital else word.lower()
     while True:
         pick = (lambda: varied_syllable(rng)) if varied else (lambda: rng.choice(SYLLABLES))
-        if pieces and rng.random() < 0.5:
-            pick = lambda: rng.choice(pieces)  # noqa: E731
         text = "".join(pick() for _ in range(rng.randint(*syllables)))
         text = text.capitalize() if capital else text
         if text not in taken:
@@ -208,7 +220,7 @@ def _heldout_values() -> set[str]:
 
 
 def with_fresh_entity(conversation: Conversation, rng: random.Random, varied: bool = False,
-                      pieces: Sequence[str] = ()) -> Conversation:
+                      lexicon: CopyWords | None = None) -> Conversation:
     """The same kind of conversation about a freshly invented city, name or word.
 
     The training split has only 26 cities (52 forecasts), 24 names and 52 words: a small model
@@ -222,22 +234,22 @@ def with_fresh_entity(conversation: Conversation, rng: random.Random, varied: bo
     """
     taken, kind, facts = _heldout_values(), conversation.kind, conversation.expected.facts
     if kind == "react" and facts["task"] in ("weather", "letters"):  # only the facts of the original are read
-        return as_react(with_fresh_entity(dataclasses.replace(conversation, kind=facts["task"]), rng, varied, pieces))
+        return as_react(with_fresh_entity(dataclasses.replace(conversation, kind=facts["task"]), rng, varied, lexicon))
     if kind == "weather":
         question = rng.choice(list(WEATHER_QUESTIONS))
-        city = _invent(rng, (1, 3) if varied else (2, 3), taken, True, varied, pieces)
+        city = _invent(rng, (1, 3) if varied else (2, 3), taken, True, varied, lexicon)
         return weather_conversation(city, facts["day"], question=question, thinking=rng.choice(WEATHER_THINKING),
                                     split="train")
     if kind == "letters":
-        word = _invent(rng, (2, 8) if not varied else (1, 4), taken, False, varied, pieces)
+        word = _invent(rng, (2, 8) if not varied else (1, 4), taken, False, varied, lexicon)
         return letters_conversation(rng, "train", word=word)
     if kind == "repeat":
-        items = [_invent(rng, (1, 3), taken, rng.random() < 0.5, varied, pieces) for _ in facts["items"]]
+        items = [_invent(rng, (1, 3), taken, rng.random() < 0.5, varied, lexicon) for _ in facts["items"]]
         return repeat_conversation(rng, "train", items)
     old = facts.get("name") if kind == "memory" else facts.get("city") if kind == "no_tool" else None
     if old is None:
         return conversation
-    new = _invent(rng, (1, 3) if kind == "memory" or varied else (2, 3), taken, True, varied, pieces)
+    new = _invent(rng, (1, 3) if kind == "memory" or varied else (2, 3), taken, True, varied, lexicon)
     swap = lambda text: re.sub(rf"\b{re.escape(old)}\b", new, text)  # noqa: E731
     messages = [{"role": m["role"], "content": swap(m["content"]) if isinstance(m["content"], str) else
                  [{**b, **{k: swap(b[k]) for k in ("text", "thinking") if k in b}} for b in m["content"]]}
@@ -441,7 +453,7 @@ def finetune(stage: str, cfg: FinetuneConfig, *, resume: bool = False, stop_afte
     if stage == "sft":
         source = example_source(cfg.data, cfg.kinds, cfg.fresh_entities, cfg.varied_entities,
                                 fits=lambda c: len(c.render(tokenizer)) <= context + 1,
-                                pieces=word_pieces(tokenizer) if cfg.piece_entities else ())
+                                lexicon=CopyWords.for_corpus(tokenizer) if cfg.corpus_entities else None)
         heldout = source(cfg.heldout_examples, "heldout", cfg.seed)
         heldout_batches = [conversation_batch(heldout[i:i + 16], tokenizer, context) for i in range(0, len(heldout), 16)]
         batch_at = lambda step: conversation_batch(source(cfg.batch_size, "train", step_seed(cfg.seed, step)),  # noqa: E731

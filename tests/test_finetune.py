@@ -233,22 +233,27 @@ def test_varied_invented_names_use_many_different_tokens_and_never_heldout_ones(
     assert len(names) > 150 and len(pieces) > 150  # a fixed syllable list gives only a few dozen pieces
 
 
-def test_word_pieces_are_the_tokenizers_own_letter_tokens(tokenizer):
-    from llmkit.finetune import word_pieces
+def test_copy_words_draw_every_token_alike_and_never_a_heldout_value(tokenizer):
+    import collections
+    import random
 
-    pieces = word_pieces(tokenizer)
-    assert pieces == sorted(set(pieces)) and all(p.isascii() and p.isalpha() and p.islower() for p in pieces)
-    tokens = {tokenizer.token_bytes(i).decode("utf-8", errors="replace").strip().lower()
-              for i in range(tokenizer.vocab_size)}
-    assert set(pieces) <= tokens  # each is a token's own text, bare or after a space, in some casing
-    assert len(pieces) > 1000  # nearly all of a 2048-token English vocabulary
-    # the tokens of the three held-out names the stage-7 model never copied are all practised
-    assert {"an", "oe", "iol"} <= set(pieces)
+    from llmkit.finetune import CopyWords
+
+    text = "the violet violent doe does goes foes ANYONE anyway Zebra zoo " * 3 + "Viola Anya Zoe"
+    lexicon = CopyWords(tokenizer, text, taken={"Viola", "Anya", "Zoe"})
+    assert not {"Viola", "Anya", "Zoe"} & {w for words in lexicon.index.values() for w in words}
+    for token, words in lexicon.index.items():  # every word listed under a token is made of it
+        assert all(token in tokenizer.encode_ordinary(" " + w) for w in words)
+    rng, drawn = random.Random(0), collections.Counter()
+    for _ in range(4000):
+        drawn.update(set(tokenizer.encode_ordinary(" " + lexicon.draw(rng))))
+    rarest = min(drawn[t] for t in lexicon.tokens)  # each token's own draws alone give it ~4000/len(tokens)
+    assert rarest >= 0.5 * 4000 / len(lexicon.tokens)
 
 
-def test_piece_names_reach_tokens_that_syllables_miss(tokenizer):
+def test_corpus_names_reach_tokens_that_syllables_miss(tokenizer):
     from llmkit.conversations import NAMES
-    from llmkit.finetune import example_source, word_pieces
+    from llmkit.finetune import CopyWords, example_source
 
     def names_and_tokens(**kwargs):
         source = example_source("chat", ["memory"], fresh=1.0, varied=True, **kwargs)
@@ -257,10 +262,9 @@ def test_piece_names_reach_tokens_that_syllables_miss(tokenizer):
         return names, {i for name in names for i in tokenizer.encode_ordinary(" " + name)}
 
     syllable_names, syllable_tokens = names_and_tokens()
-    piece_names, piece_tokens = names_and_tokens(pieces=word_pieces(tokenizer))
-    assert not piece_names & set(NAMES["heldout"])
-    assert len(piece_tokens) > 1.5 * len(syllable_tokens)
-    assert len(piece_tokens - syllable_tokens) > 150
+    corpus_names, corpus_tokens = names_and_tokens(lexicon=CopyWords.for_corpus(tokenizer))
+    assert not corpus_names & set(NAMES["heldout"])
+    assert len(corpus_tokens - syllable_tokens) > 100
 
 
 def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_list():
@@ -280,14 +284,14 @@ def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_lis
 
 def test_repeat_conversations_say_the_words_back_and_fresh_ones_invent_every_word(tokenizer):
     from llmkit.conversations import CITIES, NAMES, make_conversations, words
-    from llmkit.finetune import example_source, word_pieces
+    from llmkit.finetune import CopyWords, example_source
 
     heldout = set(NAMES["heldout"]) | set(CITIES["heldout"]) | set(words("heldout"))
     for c in make_conversations(12, split="heldout", seed=3, kinds=["repeat"]):
         items = c.expected.facts["items"]
         assert 3 <= len(items) <= 6 and set(items) <= heldout
         assert c.messages[-1]["content"] == " ".join(items) and c.messages[0]["content"].endswith(" ".join(items))
-    source = example_source("chat", ["repeat"], fresh=1.0, varied=True, pieces=word_pieces(tokenizer))
+    source = example_source("chat", ["repeat"], fresh=1.0, varied=True, lexicon=CopyWords.for_corpus(tokenizer))
     for c in source(40, "train", 5):
         said = c.messages[-1]["content"].split()
         assert said == c.expected.facts["items"] and not set(said) & heldout
