@@ -11,7 +11,8 @@ Prints, side by side and as ratios:
   * prefill vs decode: seconds per prompt token read in one pass vs per token generated;
   * prompt caching: a 10-turn conversation that re-sends its history every turn, time to first
     token with and without a ``PrefixCache``, and the share of input served from the cache, on the
-    shipped base model (and, as its context is short, a random model of its shape with 1024 positions).
+    shipped base model (and, as its context is short, a random model of its shape with 1024 positions);
+    then the ceiling: bare forward passes over the last prompt, whole and uncached part only.
 Timings are the best of a few repeats; on a shared, busy machine they still move by 10-30 % or more.
 """
 from __future__ import annotations
@@ -199,6 +200,35 @@ def prompt_caching(model: Transformer, where: str, repeats: int, turns: int = 10
               f"{usage.cache_read_tokens / usage.prompt_tokens:>8.0%}{cold * 1e3:>14.1f}{warm * 1e3:>16.1f}"
               f"{cold / warm:>8.1f}x{str(same):>13}")
     print(f"target: turn {turns} time to first token >= 5x lower with the cache")
+    forward_floor(model, warm_runs[0], words, repeats)
+
+
+def forward_floor(model: Transformer, last_run: list, words: torch.Tensor, repeats: int) -> None:
+    """The ceiling on the last turn's speedup: one bare forward pass over the whole prompt against
+    one over only the tokens the cache could not serve, with the rest already in the KV cache (no
+    generate loop, no copying from the prefix cache). Even one token costs a pass that reads every
+    weight, so a short new turn on a small model cannot get much below that fixed cost."""
+    history = []
+    for user_words, turn in zip(words.tolist(), last_run):
+        prompt = history + user_words
+        history = prompt + turn.tokens
+    cached = last_run[-1].usage.cache_read_tokens
+    ids = torch.tensor([prompt])
+    cache = model.new_cache(1, max_length=len(prompt))
+    with torch.inference_mode():
+        model(ids[:, :cached], cache=cache)
+
+        def tail(start: int):
+            cache.length = start
+            return model(ids[:, start:], cache=cache, last_only=True)
+
+        times, _ = race({"whole prompt": lambda: tail(0), "new tokens only": lambda: tail(cached),
+                         "one token": lambda: tail(len(prompt) - 1)}, max(repeats, 10))
+    whole, new, one = times["whole prompt"], times["new tokens only"], times["one token"]
+    print(f"bare forward passes on the last prompt: all {len(prompt)} tokens {whole * 1e3:.1f} ms, the "
+          f"{len(prompt) - cached} uncached ones {new * 1e3:.1f} ms, the last one alone {one * 1e3:.1f} ms\n"
+          f"  -> at most {whole / new:.1f}x faster with any prefix cache; a one-token pass costs "
+          f"{one / whole:.0%} of the whole prompt's")
 
 
 def main() -> None:

@@ -16,6 +16,9 @@ turn. The transcript is then scored with four plain functions, one per question:
 - ``no_invention``: asked for weather or the time with no tool for it, the model ends its turn
   with an answer that holds no digit (rambling until max_tokens is no answer).
 
+``--kinds repeat`` adds a probe that is not one of the four: ``repeat_exact``, the list of 3-6
+held-out words said back exactly (copying, the skill the memory answer rests on).
+
     python -m llmkit.evals --model data/models/chat --json
 
 ``tool_call_validity`` samples instead of decoding greedily, and counts how often the first tool
@@ -175,6 +178,8 @@ def score(conversation: Conversation, transcript: Transcript) -> dict[str, bool]
                                                        good_results[-1] if good_results else None)}
     if kind == "memory":
         return {"memory": names_user(transcript.final_text, expected.facts["name"])}
+    if kind == "repeat":  # not one of the four: a probe of copying, the skill memory rests on
+        return {"repeat_exact": transcript.final_text.strip() == " ".join(expected.facts["items"])}
     if kind == "no_tool":
         finished = bool(transcript.stop_reasons) and transcript.stop_reasons[-1] == "end_turn"
         return {"no_invention": finished and bool(transcript.final_text.strip())
@@ -338,6 +343,8 @@ def main(argv: list[str] | None = None) -> None:
                                      description="Held-out evaluation of a chat model (greedy, real tools).")
     parser.add_argument("--limit", type=int, default=24, help="held-out conversations per kind (default 24)")
     parser.add_argument("--seed", type=int, default=0, help="which held-out conversations (default 0)")
+    parser.add_argument("--kinds", nargs="+", default=list(EVAL_KINDS), metavar="KIND",
+                        help=f"conversation kinds to score (default: {' '.join(EVAL_KINDS)}; 'repeat' probes copying)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (else a short table)")
     parser.add_argument("--examples", help="also write every transcript to this JSON file")
     parser.add_argument("--tool-call-validity", action="store_true",
@@ -359,7 +366,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"command": command, "model": args.model, "rows": rows}, indent=1))
         return
     examples: list | None = [] if args.examples else None
-    result = {"model": args.model, **evaluate(model, tokenizer, limit=args.limit, seed=args.seed, examples=examples)}
+    result = {"model": args.model, **evaluate(model, tokenizer, limit=args.limit, seed=args.seed, kinds=args.kinds,
+                                              examples=examples)}
     if args.examples:
         with open(args.examples, "w", encoding="utf-8") as f:
             json.dump(examples, f, indent=1, ensure_ascii=False)

@@ -83,6 +83,11 @@ def test_score_of_hand_made_transcripts():
     said = Transcript(turns=[[{"type": "text", "text": f"Your name is {name}."}]], stop_reasons=["end_turn"])
     assert score(memory, said) == {"memory": True}
 
+    repeat = make_conversations(1, split="heldout", kinds=["repeat"])[0]
+    words = " ".join(repeat.expected.facts["items"])
+    assert score(repeat, Transcript(turns=[[{"type": "text", "text": words}]])) == {"repeat_exact": True}
+    assert score(repeat, Transcript(turns=[[{"type": "text", "text": words[:-1]}]])) == {"repeat_exact": False}
+
     no_tool = make_conversations(1, split="heldout", kinds=["no_tool"])[0]
     honest = Transcript(turns=[[{"type": "thinking", "thinking": "No tool."},
                                 {"type": "text", "text": "I can't know that: I have no tool for it."}]],
