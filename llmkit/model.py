@@ -373,7 +373,26 @@ class FastBlock:
         if k.dtype != q.dtype:
             k, v = k.to(q.dtype), v.to(q.dtype)
         y = fused_attention(q, k, v).transpose(1, 2).reshape(batch, time, -1)
-        x = x + F.linear(y, *self.out)
+        return self.feed_forward(x + F.linear(y, *self.out))
+
+    def step(self, x: torch.Tensor, position: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
+             cache: KVCache) -> torch.Tensor:
+        """``__call__`` for one new token per sequence, on rows (batch, width). With one position the
+        heads come straight out of a view: no transpose, split or reshape back, a few small ops fewer
+        per layer on the path every generated token takes. Same ops otherwise, same result."""
+        batch = x.size(0)
+        heads = F.linear(self.attn_norm(x), *self.qkv).view(batch, -1, 1, self.head_dim)  # (B, all heads, 1, hd)
+        n_q, n_kv, _ = self.heads
+        q_and_k = heads[:, :n_q + n_kv] if rope is None else apply_rope(heads[:, :n_q + n_kv], *rope)
+        q, k, v = q_and_k[:, :n_q], q_and_k[:, n_q:], heads[:, n_q + n_kv:]
+        keys, values = cache.update(self.layer_index, position, k, v)
+        if keys.dtype != q.dtype:
+            keys, values = keys.to(q.dtype), values.to(q.dtype)
+        y = F.scaled_dot_product_attention(q, keys, values, enable_gqa=n_q != n_kv).view(batch, -1)
+        return self.feed_forward(x + F.linear(y, *self.out))
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual MLP half of the block."""
         h = F.linear(self.mlp_norm(x), *self.up)
         if self.swiglu:
             gate, up = h.chunk(2, dim=-1)
@@ -406,6 +425,8 @@ class FastModel:
         return FastModel(model)
 
     def __call__(self, ids: torch.Tensor, start: int, cache: KVCache, last_only: bool) -> torch.Tensor:
+        if ids.size(1) == 1:  # one new token per sequence: a decode step
+            return self.step(ids[:, 0], start, cache).unsqueeze(1)
         end = start + ids.size(1)
         x = embed_tokens(self.embed, ids, self.vocab_size)
         if self.pos_embed is not None:
@@ -418,10 +439,27 @@ class FastModel:
             x = x[:, -1:]
         return F.linear(self.norm(x), self.head)
 
+    def step(self, ids: torch.Tensor, position: int, cache: KVCache) -> torch.Tensor:
+        """Logits (batch, vocab) for one new token per sequence, ``ids`` (batch,), at ``position``."""
+        x = embed_tokens(self.embed, ids, self.vocab_size)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed[position]
+        rope = None
+        if self.rope is not None:
+            rope = (self.rope[0][position:position + 1], self.rope[1][position:position + 1])
+        for block in self.blocks:
+            x = block.step(x, position, rope, cache)
+        cache.length = position + 1
+        return F.linear(self.norm(x), self.head)
+
 
 def norm_function(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A LayerNorm or RMSNorm module as a plain function of x, with the same weights."""
+    """A LayerNorm or RMSNorm module as a plain function of x, with the same weights.
+
+    It calls the kernels ``F.layer_norm`` and ``F.rms_norm`` call, without their Python checks:
+    the same numbers, a microsecond less on each of the nine norms of a decode step."""
     if isinstance(norm, nn.RMSNorm):
-        return functools.partial(F.rms_norm, normalized_shape=norm.normalized_shape, weight=norm.weight, eps=norm.eps)
-    return functools.partial(F.layer_norm, normalized_shape=norm.normalized_shape, weight=norm.weight,
+        return functools.partial(torch.rms_norm, normalized_shape=norm.normalized_shape, weight=norm.weight,
+                                 eps=norm.eps)
+    return functools.partial(torch.layer_norm, normalized_shape=norm.normalized_shape, weight=norm.weight,
                              bias=norm.bias, eps=norm.eps)
