@@ -179,7 +179,10 @@ class CopyWords:
     """
 
     def __init__(self, tokenizer, text: str, taken: set[str]):
-        found = {w.capitalize() for w in re.findall(r"[A-Za-z]{3,10}", text)} - taken
+        # compared without case: a word is drawn capitalised for a name and lower-cased for a
+        # letter-counting question, and neither form may be a held-out value
+        folded = {value.lower() for value in taken}
+        found = {w.capitalize() for w in re.findall(r"[A-Za-z]{3,10}", text) if w.lower() not in folded}
         index: dict[int, list[str]] = {}
         for word in sorted(found):
             for token in set(tokenizer.encode_ordinary(" " + word)):

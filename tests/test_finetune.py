@@ -239,9 +239,11 @@ def test_copy_words_draw_every_token_alike_and_never_a_heldout_value(tokenizer):
 
     from llmkit.finetune import CopyWords
 
-    text = "the violet violent doe does goes foes ANYONE anyway Zebra zoo " * 3 + "Viola Anya Zoe"
-    lexicon = CopyWords(tokenizer, text, taken={"Viola", "Anya", "Zoe"})
-    assert not {"Viola", "Anya", "Zoe"} & {w for words in lexicon.index.values() for w in words}
+    text = "the violet violent doe does goes foes ANYONE anyway Zebra zoo " * 3 + "Viola Anya Zoe Giraffe giraffe"
+    lexicon = CopyWords(tokenizer, text, taken={"Viola", "Anya", "Zoe", "giraffe"})
+    drawable = {w for words in lexicon.index.values() for w in words}
+    assert not {"viola", "anya", "zoe", "giraffe"} & {w.lower() for w in drawable}  # in either case
+    assert {"Violet", "Zebra", "Anyone"} <= drawable
     for token, words in lexicon.index.items():  # every word listed under a token is made of it
         assert all(token in tokenizer.encode_ordinary(" " + w) for w in words)
     rng, drawn = random.Random(0), collections.Counter()
