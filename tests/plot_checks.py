@@ -1,4 +1,4 @@
-"""What every course plot must have, checked the same way by every viz test."""
+"""What every course plot and widget must have, checked the same way by every viz test."""
 
 
 def assert_titled_and_labelled(fig, *, every_panel: bool = False) -> None:
@@ -12,3 +12,11 @@ def assert_titled_and_labelled(fig, *, every_panel: bool = False) -> None:
         if every_panel:
             assert ax.get_ylabel(), f"panel {ax.get_title()!r} has no y label"
     assert any(ax.get_ylabel() for ax in fig.axes), "no y label"
+
+
+def static_html(widget) -> str:
+    """The HTML a viewer without a live kernel shows for ``widget``, after checking that the live
+    widget view is in the same display bundle."""
+    bundle = widget._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle, "no live widget view"
+    return bundle["text/html"]

@@ -27,7 +27,7 @@ from llmkit.agent import run_agent
 from llmkit.chat_template import Rendered
 from llmkit.tools import Tool, tools_by_name
 from llmkit.viz.chat import message_line
-from llmkit.viz.limitations import call_html
+from llmkit.viz.limitations import StaticHtmlFallback, call_html
 
 PROTOCOLS = ("ReAct text", "structured", "structured + constrained")
 PROTOCOL_COLOURS = {"ReAct text": "tab:red", "structured": "tab:orange", "structured + constrained": "tab:green"}
@@ -75,15 +75,10 @@ def _agent_class():
     """The widget class, made on first use so that importing this module never needs ipywidgets."""
     import ipywidgets as widgets
 
-    class ApprovalAgent(widgets.VBox):
+    class ApprovalAgent(StaticHtmlFallback, widgets.VBox):
         """See ``approval_agent``. ``approve`` is the hook; ``decisions`` lists ``(name, arguments,
         decision)`` for every call asked about; ``result`` is the last run's ``AgentResult`` and
         ``error`` what stopped a run that failed."""
-
-        def _repr_mimebundle_(self, **kwargs):
-            bundle = super()._repr_mimebundle_(**kwargs)
-            bundle["text/html"] = self.static_html()  # what a viewer without a live kernel shows
-            return bundle
 
         # --- the hook, called by run_agent in the worker thread --------------------------------
         def approve(self, name: str, arguments: dict) -> str:

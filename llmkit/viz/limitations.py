@@ -90,18 +90,23 @@ def result_html(block: Mapping, decision: str) -> str:
             f"<pre style=\"margin:0\">{html.escape(str(block['content']))}</pre>")
 
 
+class StaticHtmlFallback:
+    """Mixin for a widget with a ``static_html()`` method: the display bundle carries that HTML too,
+    so a viewer without a live kernel (a stored notebook, nbviewer, GitHub) still shows the widget."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle["text/html"] = self.static_html()
+        return bundle
+
+
 @functools.cache
 def _prompt_class():
     """The widget class, made on first use so that importing this module never needs ipywidgets."""
     import ipywidgets as widgets
 
-    class ApprovalPrompt(widgets.VBox):
+    class ApprovalPrompt(StaticHtmlFallback, widgets.VBox):
         """See ``approval_prompt``. ``decide`` is the Approve hook; ``block`` the latest result."""
-
-        def _repr_mimebundle_(self, **kwargs):
-            bundle = super()._repr_mimebundle_(**kwargs)
-            bundle["text/html"] = self.static_html()  # what a viewer without a live kernel shows
-            return bundle
 
         def decide(self, name: str, arguments: dict) -> str:
             return self.choice.value
