@@ -354,10 +354,6 @@ def test_device_argument_is_honoured(device):
 
 def test_the_fused_projection_splits_by_hand_into_q_k_v():
     """Notebooks 02 and 03 split ``attn.qkv``'s output with ``attn.split`` to look at one head."""
-    import torch
-
-    from llmkit.model import ModelConfig, Transformer
-
     config = ModelConfig.llama(vocab_size=32, context_length=8, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2)
     attn = Transformer(config).blocks[0].attn
     q, k, v = attn.qkv(torch.randn(3, 32)).split(attn.split, dim=-1)
