@@ -465,7 +465,7 @@ class _Loop:
                     break
                 with torch.inference_mode():  # one forward pass for the token(s) just chosen
                     if cache is not None:
-                        logits = model(chosen[:, None], cache=cache)[:, -1]
+                        logits = model.step(chosen, cache)
                     else:
                         logits = model(sequence[:, :p + step + 1], last_only=True)[:, -1]
             finished_at = clock.elapsed()

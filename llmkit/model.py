@@ -73,9 +73,9 @@ def split_heads(qkv: torch.Tensor, head_dim: int, heads: tuple[int, int, int],
     batch, time, _ = qkv.shape
     qkv = qkv.view(batch, time, -1, head_dim).transpose(1, 2)
     if rope is None:
-        return qkv.split(heads, dim=1)
+        return qkv.split_with_sizes(heads, dim=1)  # (Tensor.split is a Python wrapper around this)
     n_q, n_kv, _ = heads
-    q, k = apply_rope(qkv[:, :n_q + n_kv], *rope).split((n_q, n_kv), dim=1)
+    q, k = apply_rope(qkv[:, :n_q + n_kv], *rope).split_with_sizes((n_q, n_kv), dim=1)
     return q, k, qkv[:, n_q + n_kv:]
 
 
@@ -287,6 +287,22 @@ class Transformer(nn.Module):
             x = x[:, -1:]
         return self.lm_head(self.norm(x))
 
+    def step(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """One decode step: logits (batch, vocab) for one new token per sequence, ``ids`` (batch,),
+        right after the ``cache.length`` cached positions.
+
+        The same as ``self(ids[:, None], cache=cache)[:, -1]``, which is what it runs whenever the
+        modules must (training, a hook on the model) or something needs checking (a full cache, a
+        batch that does not match it). In the plain case it goes straight to ``FastModel.step``:
+        a generation loop takes this path once per token, and on a small model the checks and
+        the reshapes around them cost a noticeable share of the step."""
+        fast = None
+        if not (self.training or self._forward_hooks or self._forward_pre_hooks):
+            fast = self._fast_model(cache)
+        if fast is None or ids.dim() != 1 or ids.size(0) != cache.batch_size or cache.length >= cache.max_length:
+            return self(ids.view(-1, 1) if ids.dim() == 1 else ids, cache=cache)[:, -1]
+        return fast.step(ids, cache.length, cache)
+
     def _fast_model(self, cache: KVCache) -> FastModel | None:
         """The ``FastModel`` for inference, or None when the modules must run (``FastModel.of``).
 
@@ -366,13 +382,17 @@ class FastBlock:
         self.down = (mlp.down.weight, mlp.down.bias)
 
     def __call__(self, x: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
-                 cache: KVCache) -> torch.Tensor:
+                 cache: KVCache, mask: torch.Tensor | None) -> torch.Tensor:
+        """Several new tokens per sequence. ``mask`` is the additive causal mask of new tokens
+        after a cached prefix (None for a plain causal square), made once for all the layers."""
         batch, time, _ = x.shape
         q, k, v = split_heads(F.linear(self.attn_norm(x), *self.qkv), self.head_dim, self.heads, rope)
         k, v = cache.update(self.layer_index, start, k, v)
         if k.dtype != q.dtype:
             k, v = k.to(q.dtype), v.to(q.dtype)
-        y = fused_attention(q, k, v).transpose(1, 2).reshape(batch, time, -1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                           enable_gqa=q.size(1) != k.size(1))
+        y = y.transpose(1, 2).reshape(batch, time, -1)
         return self.feed_forward(x + F.linear(y, *self.out))
 
     def step(self, x: torch.Tensor, position: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
@@ -383,8 +403,11 @@ class FastBlock:
         batch = x.size(0)
         heads = F.linear(self.attn_norm(x), *self.qkv).view(batch, -1, 1, self.head_dim)  # (B, all heads, 1, hd)
         n_q, n_kv, _ = self.heads
-        q_and_k = heads[:, :n_q + n_kv] if rope is None else apply_rope(heads[:, :n_q + n_kv], *rope)
-        q, k, v = q_and_k[:, :n_q], q_and_k[:, n_q:], heads[:, n_q + n_kv:]
+        if rope is None:
+            q, k, v = heads.split_with_sizes(self.heads, dim=1)
+        else:
+            q, k = apply_rope(heads[:, :n_q + n_kv], *rope).split_with_sizes((n_q, n_kv), dim=1)
+            v = heads[:, n_q + n_kv:]
         keys, values = cache.update(self.layer_index, position, k, v)
         if keys.dtype != q.dtype:
             keys, values = keys.to(q.dtype), values.to(q.dtype)
@@ -406,7 +429,8 @@ class FastModel:
     """``Transformer.forward`` with a KV cache in inference, built from FastBlocks."""
 
     def __init__(self, model: Transformer):
-        self.embed, self.vocab_size = functools.partial(F.embedding, weight=model.embed.weight), model.config.vocab_size
+        # torch.embedding is the kernel F.embedding calls, without its Python wrapper
+        self.embed, self.vocab_size = functools.partial(torch.embedding, model.embed.weight), model.config.vocab_size
         self.pos_embed = model.pos_embed.weight if model.pos_embed is not None else None
         self.rope = (model.rope_cos, model.rope_sin) if model.config.positions == "rope" else None
         self.blocks = [FastBlock(block) for block in model.blocks]
@@ -432,8 +456,12 @@ class FastModel:
         if self.pos_embed is not None:
             x = x + self.pos_embed[start:end]
         rope = (self.rope[0][start:end], self.rope[1][start:end]) if self.rope is not None else None
+        mask = None
+        if start > 0:  # new tokens after a cached prefix: 0 where a query may look, -inf where not
+            allowed = causal_mask(ids.size(1), end, x.device)
+            mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill_(~allowed, float("-inf"))
         for block in self.blocks:
-            x = block(x, start, rope, cache)
+            x = block(x, start, rope, cache, mask)
         cache.length = end
         if last_only:
             x = x[:, -1:]

@@ -226,6 +226,37 @@ def test_fast_inference_path_gives_the_modules_logits_bit_for_bit(name):
     assert (fast - model(ids)).abs().max() < 1e-4  # and both equal the cache-free forward
 
 
+@pytest.mark.parametrize("name", list(FAMILIES))
+@torch.inference_mode()
+def test_step_is_a_forward_pass_over_one_new_token(name):
+    config = FAMILIES[name]
+    model, ids = make(config), ids_for(config, batch=2, time=12)
+    stepped, forwarded = model.new_cache(batch_size=2), model.new_cache(batch_size=2)
+    model(ids[:, :8], cache=stepped)
+    model(ids[:, :8], cache=forwarded)
+    for t in range(8, 12):
+        logits = model.step(ids[:, t], stepped)
+        assert logits.shape == (2, config.vocab_size) and stepped.length == t + 1
+        assert torch.equal(logits, model(ids[:, t:t + 1], cache=forwarded)[:, -1])
+    assert (logits - model(ids)[:, -1]).abs().max() < 1e-4  # and the cache-free forward agrees
+
+
+@torch.inference_mode()
+def test_step_runs_the_models_hooks_and_checks_like_forward():
+    config = FAMILIES["llama"]
+    model, ids = make(config), ids_for(config, batch=1, time=5)
+    cache = model.new_cache(max_length=5)
+    model(ids[:, :4], cache=cache)
+    handle = model.register_forward_hook(lambda module, inputs, output: output * 0)
+    assert not model.step(ids[:, 4], cache).any()  # a hook on the model: forward runs, hook and all
+    handle.remove()
+    with pytest.raises(ValueError, match="cache full"):  # 5 positions are filled: no room for a sixth
+        model.step(ids[:, 0], cache)
+    cache.truncate(4)
+    with pytest.raises(ValueError, match="batch of 2 sequences but the cache holds 1"):
+        model.step(torch.tensor([1, 2]), cache)
+
+
 @torch.inference_mode()
 def test_a_hook_added_between_decode_steps_sees_the_next_step():
     config = FAMILIES["llama"]
