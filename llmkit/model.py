@@ -306,12 +306,12 @@ class Transformer(nn.Module):
     def _fast_model(self, cache: KVCache) -> FastModel | None:
         """The ``FastModel`` for inference, or None when the modules must run (``FastModel.of``).
 
-        Worked out once per KV cache (that is, per request) and again whenever a hook is registered
+        Checked once per KV cache (that is, per request) and again whenever a hook is registered
         anywhere (every registration takes the next ``RemovableHandle`` id), so that a hook added
         between two decode steps still sees the second one."""
         key = (cache.serial, RemovableHandle.next_id)
         if self._fast_key != key:
-            self._fast, self._fast_key = FastModel.of(self), key
+            self._fast, self._fast_key = FastModel.of(self, previous=self._fast), key
         return self._fast
 
     def _check_ids(self, ids: torch.Tensor) -> tuple[int, int]:
@@ -428,7 +428,8 @@ class FastBlock:
 class FastModel:
     """``Transformer.forward`` with a KV cache in inference, built from FastBlocks."""
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, tensors: list[torch.Tensor | None] | None = None):
+        self.tensors = tensors  # the parameters and buffers it was built from (see ``of``)
         # torch.embedding is the kernel F.embedding calls, without its Python wrapper
         self.embed, self.vocab_size = functools.partial(torch.embedding, model.embed.weight), model.config.vocab_size
         self.pos_embed = model.pos_embed.weight if model.pos_embed is not None else None
@@ -437,16 +438,26 @@ class FastModel:
         self.norm, self.head = norm_function(model.norm), model.lm_head.weight
 
     @staticmethod
-    def of(model: Transformer) -> FastModel | None:
+    def of(model: Transformer, previous: FastModel | None = None) -> FastModel | None:
         """A FastModel for ``model``, or None if it must run as modules: a module has a hook, an
-        attention layer is in its explicit form, or a layer was swapped for a module of another kind."""
+        attention layer is in its explicit form, or a layer was swapped for a module of another kind.
+
+        ``previous`` comes back as it is when it was built from the very same parameter and buffer
+        objects (a swapped layer or a replaced tensor means a new one): building one costs as much
+        as the Python overhead of a short forward pass, and a chat turn is often not much more."""
         kinds = {Transformer, nn.Embedding, nn.ModuleList, Block, Attention, MLP, SwiGLU, nn.Linear,
                  nn.LayerNorm, nn.RMSNorm, nn.Identity}
+        tensors = []
         for module in model.modules():  # (the model's own hooks still run: forward is called as usual)
             hooked = module is not model and (module._forward_hooks or module._forward_pre_hooks)
             if type(module) not in kinds or hooked or (isinstance(module, Attention) and module.explicit):
                 return None
-        return FastModel(model)
+            tensors += module._parameters.values()
+            tensors += module._buffers.values()
+        if previous is not None and len(previous.tensors) == len(tensors) and all(
+                old is new for old, new in zip(previous.tensors, tensors)):
+            return previous
+        return FastModel(model, tensors)
 
     def __call__(self, ids: torch.Tensor, start: int, cache: KVCache, last_only: bool) -> torch.Tensor:
         if ids.size(1) == 1:  # one new token per sequence: a decode step

@@ -287,6 +287,20 @@ def test_a_swapped_layer_is_used_from_the_next_request():
 
 
 @torch.inference_mode()
+def test_the_fast_model_is_kept_across_requests_until_a_weight_is_replaced():
+    config = FAMILIES["llama"]
+    model, ids = make(config), ids_for(config, batch=1, time=8)
+    before = cached_logits(model, ids, (7, 1))
+    first = model._fast
+    assert torch.equal(cached_logits(model, ids, (7, 1)), before) and model._fast is first  # reused
+    out = model.blocks[1].attn.out
+    out.weight = torch.nn.Parameter(torch.randn_like(out.weight))  # a new tensor, not an in-place change
+    after = cached_logits(model, ids, (7, 1))
+    assert model._fast is not first and not torch.equal(after, before)
+    assert (after - model(ids)).abs().max() < 1e-4  # the new weight is the one used
+
+
+@torch.inference_mode()
 def test_the_models_own_hook_runs_on_the_fast_path():
     config = FAMILIES["llama"]
     model, ids = make(config), ids_for(config, batch=1, time=5)
