@@ -12,7 +12,8 @@ Prints, side by side and as ratios:
   * prompt caching: a 10-turn conversation that re-sends its history every turn, time to first
     token with and without a ``PrefixCache``, and the share of input served from the cache, on the
     shipped base model (and, as its context is short, a random model of its shape with 1024 positions);
-    then the ceiling: bare forward passes over the last prompt, whole and uncached part only.
+    then the ceiling: bare forward passes over the last prompt, whole and uncached part only; then
+    turn 10 again with shorter user messages and longer replies (the same tokens per turn).
 Timings are the best of a few repeats; on a shared, busy machine they still move by 10-30 % or more.
 """
 from __future__ import annotations
@@ -175,6 +176,22 @@ def conversation(model: Transformer, words: torch.Tensor, reply: int, prefix_cac
     return results
 
 
+def race_conversations(model: Transformer, user: int, reply: int, repeats: int, turns: int = 10):
+    """Run a ``turns``-turn conversation (random user words, greedy replies) ``repeats`` times
+    without and with a fresh PrefixCache, taking turns. Returns the words and both lists of runs."""
+    words = torch.randint(0, model.config.vocab_size - 16, (turns, user), generator=torch.Generator().manual_seed(4))
+    conversation(model, words[:2], reply, None)  # warm-up
+    cold_runs, warm_runs = [], []
+    for _ in range(repeats):  # in turns, so that both see the same load on a shared machine
+        cold_runs.append(conversation(model, words, reply, None))
+        warm_runs.append(conversation(model, words, reply, PrefixCache(max_bytes=256 * 2**20)))
+    return words, cold_runs, warm_runs
+
+
+def best_ttft(runs: list, turn: int) -> float:
+    return min(run[turn].usage.time_to_first_token for run in runs)
+
+
 def prompt_caching(model: Transformer, where: str, repeats: int, turns: int = 10) -> None:
     per_turn = (model.config.context_length - 16) // turns  # so that the last turn still fits
     reply = per_turn // 3
@@ -183,17 +200,11 @@ def prompt_caching(model: Transformer, where: str, repeats: int, turns: int = 10
     print(f"model: {where}")
     print(f"{user} new user tokens and {reply} reply tokens per turn; time to first token (TTFT) is the best "
           f"of {repeats} runs of the whole conversation, each with a fresh PrefixCache")
-    words = torch.randint(0, model.config.vocab_size - 16, (turns, user), generator=torch.Generator().manual_seed(4))
-    conversation(model, words[:2], reply, None)  # warm-up
-    cold_runs, warm_runs = [], []
-    for _ in range(repeats):  # in turns, so that both see the same load on a shared machine
-        cold_runs.append(conversation(model, words, reply, None))
-        warm_runs.append(conversation(model, words, reply, PrefixCache(max_bytes=256 * 2**20)))
+    words, cold_runs, warm_runs = race_conversations(model, user, reply, repeats, turns)
     print(f"{'turn':>4}{'prompt':>8}{'from cache':>12}{'share':>8}{'TTFT cold ms':>14}{'TTFT cached ms':>16}"
           f"{'speedup':>9}{'same tokens':>13}")
     for turn in range(turns):
-        cold = min(run[turn].usage.time_to_first_token for run in cold_runs)
-        warm = min(run[turn].usage.time_to_first_token for run in warm_runs)
+        cold, warm = best_ttft(cold_runs, turn), best_ttft(warm_runs, turn)
         usage = warm_runs[0][turn].usage
         same = cold_runs[0][turn].tokens == warm_runs[0][turn].tokens
         print(f"{turn + 1:>4}{usage.prompt_tokens:>8}{usage.cache_read_tokens:>12}"
@@ -201,6 +212,20 @@ def prompt_caching(model: Transformer, where: str, repeats: int, turns: int = 10
               f"{cold / warm:>8.1f}x{str(same):>13}")
     print(f"target: turn {turns} time to first token >= 5x lower with the cache")
     caching_ceiling(model, warm_runs[0], words, repeats)
+    turn_shapes(model, per_turn, repeats, turns)
+
+
+def turn_shapes(model: Transformer, per_turn: int, repeats: int, turns: int) -> None:
+    """The same history length, split differently between the user's message and the reply.
+    The cache serves everything but the new message, so the shorter the message, the larger
+    the saving; what it cannot remove is the fixed cost of one forward pass."""
+    print(f"turn {turns} with other splits of the {per_turn} tokens per turn:")
+    print(f"{'user':>6}{'reply':>7}{'uncached':>10}{'TTFT cold ms':>14}{'TTFT cached ms':>16}{'speedup':>9}")
+    for user in (per_turn // 3, max(1, per_turn // 6)):
+        _, cold_runs, warm_runs = race_conversations(model, user, per_turn - user, repeats, turns)
+        cold, warm = best_ttft(cold_runs, turns - 1), best_ttft(warm_runs, turns - 1)
+        print(f"{user:>6}{per_turn - user:>7}{warm_runs[0][-1].usage.input_tokens:>10}{cold * 1e3:>14.1f}"
+              f"{warm * 1e3:>16.1f}{cold / warm:>8.1f}x")
 
 
 def caching_ceiling(model: Transformer, last_run: list, words: torch.Tensor, repeats: int) -> None:

@@ -98,6 +98,44 @@ def context_costs(model: Transformer, long_prompt: Sequence[int], lengths: Seque
 
 
 @dataclass(frozen=True)
+class ReadCost:
+    """Time to first token for a prompt whose first ``cached_tokens`` came from a prefix cache,
+    so that only the last ``read_tokens`` went through the model."""
+
+    read_tokens: int
+    cached_tokens: int
+    time_to_first_token: float
+
+
+def read_costs(model: Transformer, prompt_ids: Sequence[int], read_counts: Sequence[int],
+               repeats: int = 5) -> list[ReadCost]:
+    """Time to first token of ``prompt_ids`` when all but its last n tokens are already cached,
+    for each n in ``read_counts`` (n = the whole prompt means nothing is cached).
+
+    This is what prompt caching cannot remove: the cost of reading the new tokens, and a fixed
+    cost of every forward pass, however short (every layer runs, every weight is read). For each
+    n a fresh ``PrefixCache`` is filled with the first ``len(prompt_ids) - n`` tokens and the
+    prompt is sent again; the median of ``repeats`` requests is kept."""
+    prompt = list(prompt_ids)
+    bad = [n for n in read_counts if not 1 <= n <= len(prompt)]
+    if bad:
+        raise ValueError(f"each read count must be between 1 and the prompt's {len(prompt)} tokens "
+                         f"(at least one token is always read: its logits choose the next token), got {bad[0]}")
+    token_times(model, prompt[:8], 2)  # warm-up
+    costs = []
+    for n in read_counts:
+        times = []
+        for _ in range(repeats):
+            prefix_cache = PrefixCache(max_bytes=2**30)
+            if n < len(prompt):  # a one-token request stores exactly the prompt it read
+                generate(model, prompt[:len(prompt) - n], max_new_tokens=1, prefix_cache=prefix_cache)
+            usage = generate(model, prompt, max_new_tokens=1, prefix_cache=prefix_cache).usage
+            times.append(usage.time_to_first_token)
+        costs.append(ReadCost(usage.input_tokens, usage.cache_read_tokens, statistics.median(times)))
+    return costs
+
+
+@dataclass(frozen=True)
 class Turn:
     """One request of a conversation whose whole history is sent again every turn."""
 

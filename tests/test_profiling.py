@@ -7,7 +7,7 @@ import pytest
 
 from llmkit.generate import PrefixCache
 from llmkit.model import estimate_cost
-from llmkit.profiling import context_costs, prefill_vs_decode, replay_conversation, token_times
+from llmkit.profiling import context_costs, prefill_vs_decode, read_costs, replay_conversation, token_times
 from llmkit.sampling import SamplingParams
 
 MESSAGES = ["ROMEO.\nGood morrow, fair Juliet.\n\nJULIET.\n", "ROMEO.\nWhy dost thou weep?\n\nJULIET.\n",
@@ -48,6 +48,16 @@ def test_context_costs_memory_is_exactly_linear(model):
     assert all(c.prefill_s > 0 for c in costs)
     with pytest.raises(ValueError, match="fewer than the longest"):
         context_costs(model, list(range(10)), [20])
+
+
+def test_read_costs_reads_exactly_the_uncached_tokens(model):
+    prompt = list(range(3, 103))
+    costs = read_costs(model, prompt, [1, 17, 100], repeats=2)
+    assert [(c.read_tokens, c.cached_tokens) for c in costs] == [(1, 99), (17, 83), (100, 0)]
+    assert all(c.time_to_first_token > 0 for c in costs)
+    for bad in (0, 101):
+        with pytest.raises(ValueError, match="between 1 and the prompt's 100 tokens"):
+            read_costs(model, prompt, [bad])
 
 
 def test_replay_conversation_resends_history_and_counts_cache_reads(model, tokenizer):

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from llmkit.generate import generate, next_token_logits  # noqa: E402
-from llmkit.profiling import ContextCost, Turn  # noqa: E402
+from llmkit.profiling import ContextCost, ReadCost, Turn  # noqa: E402
 from llmkit.sampling import SamplingParams, stage_probabilities  # noqa: E402
 from llmkit.viz import generation as vg  # noqa: E402
 from llmkit.viz import sampling as vs  # noqa: E402
@@ -100,3 +100,8 @@ def test_timing_plots_are_titled_and_labelled():
     assert_titled_and_labelled(fig)
     heights = [bar.get_height() for bar in fig.axes[0].patches]
     assert heights == [0, 16, 20, 24]  # cached tokens per turn, then recomputed ones stacked on top
+    fig = vg.plot_read_costs([ReadCost(64, 0, 0.02), ReadCost(1, 63, 0.004), ReadCost(8, 56, 0.006)])
+    assert_titled_and_labelled(fig)
+    line, whole = fig.axes[0].lines
+    assert list(line.get_xdata()) == [1, 8]  # sorted by tokens read; the uncached prompt is the dashed line
+    assert list(whole.get_ydata()) == [20, 20]  # in ms

@@ -15,7 +15,7 @@ import torch
 
 from llmkit.generate import generate
 from llmkit.model import Transformer
-from llmkit.profiling import ContextCost, Turn
+from llmkit.profiling import ContextCost, ReadCost, Turn
 from llmkit.sampling import SamplingParams, process_logits
 from llmkit.viz.sampling import picture_slider, token_text
 
@@ -182,5 +182,30 @@ def plot_prompt_caching(cached: Sequence[Turn], uncached: Sequence[Turn],
     right.set_title("Waiting for the first token")
     right.legend(loc="upper left", fontsize=8)
     fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_read_costs(costs: Sequence[ReadCost], title: str = "What prompt caching cannot remove"):
+    """Time to first token against the number of prompt tokens the model had to read, the rest
+    coming from the prefix cache. Where the line starts is the fixed cost of one forward pass;
+    the dashed line is the whole prompt read with no cache (a cost with ``cached_tokens == 0``)."""
+    import matplotlib.pyplot as plt
+
+    costs = sorted(costs, key=lambda c: c.read_tokens)
+    partial = [c for c in costs if c.cached_tokens > 0]
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    ax.plot([c.read_tokens for c in partial], [1000 * c.time_to_first_token for c in partial], "o-",
+            color="tab:green", label="the rest from the prefix cache")
+    for whole in (c for c in costs if c.cached_tokens == 0):
+        ax.axhline(1000 * whole.time_to_first_token, color="tab:red", linestyle="--",
+                   label=f"no cache: all {whole.read_tokens} tokens read")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([c.read_tokens for c in costs], [str(c.read_tokens) for c in costs])
+    ax.set_xlabel("prompt tokens the model reads (log scale)")
+    ax.set_ylabel("time to first token (ms)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend(loc="center left", fontsize=8)
     fig.tight_layout()
     return fig
