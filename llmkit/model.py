@@ -429,7 +429,7 @@ class FastModel:
     """``Transformer.forward`` with a KV cache in inference, built from FastBlocks."""
 
     def __init__(self, model: Transformer, tensors: list[torch.Tensor | None] | None = None):
-        self.tensors = tensors  # the parameters and buffers it was built from (see ``of``)
+        self.tensors = tensors or []  # the parameters and buffers it was built from (see ``of``)
         # torch.embedding is the kernel F.embedding calls, without its Python wrapper
         self.embed, self.vocab_size = functools.partial(torch.embedding, model.embed.weight), model.config.vocab_size
         self.pos_embed = model.pos_embed.weight if model.pos_embed is not None else None
