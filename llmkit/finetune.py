@@ -172,10 +172,10 @@ class CopyWords:
 
     Copying a name is an induction step per token ("after the earlier ' V' came 'iol'"), and a
     small model only copies tokens it has practised copying. Invented syllables re-tokenize into
-    the few hundred common pieces: the SFT stage-7 model copied 13 of 16 held-out names perfectly
-    and never "Anya", "Zoe" or "Viola" (tokens ' An', 'oe', 'iol'). ``draw`` picks a *token* first,
-    uniformly, then a capitalised corpus word that contains it, so a rare token is practised as
-    often as a common one. Held-out values (``taken``) are never drawn.
+    the few hundred common pieces, and the SFT stage-7 model kept missing names such as "Anya",
+    "Zoe" and "Viola" at one such unpractised token (' An', 'oe', 'iol'). ``draw`` picks a *token*
+    first, uniformly, then a capitalised corpus word that contains it, so a rare token is practised
+    as often as a common one. Held-out values (``taken``) are never drawn.
     """
 
     def __init__(self, tokenizer, text: str, taken: set[str]):

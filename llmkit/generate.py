@@ -436,11 +436,12 @@ class _Loop:
             penalise = self.params.repetition_penalty != 1.0
             keep_sequence = penalise or not self.use_cache  # else the cache holds everything the model needs
             with torch.inference_mode():
-                cache, cache_read, logits = self._prefill()
+                sequence = None
                 if keep_sequence:  # prompt + every sample's new tokens: what a cache-free step
                     # re-reads, and what the repetition penalty looks at
                     sequence = torch.empty((n, p + self.steps), dtype=torch.long, device=model.device)
                     sequence[:, :p] = torch.tensor(self.prompt, device=model.device)
+                cache, cache_read, logits = self._prefill(sequence)
             kept_logits, first_token_at = [], None
             for step in range(self.steps):
                 with torch.inference_mode():
@@ -498,16 +499,18 @@ class _Loop:
                                "that suppress_tokens bans; remove those ids from suppress_tokens")
         return mask_tokens(logits, allowed.to(logits.device))
 
-    def _prefill(self) -> tuple[KVCache | None, int, torch.Tensor]:
+    def _prefill(self, sequence: torch.Tensor | None) -> tuple[KVCache | None, int, torch.Tensor]:
         """Read the prompt (the part the prefix cache does not hold); return the cache (copied into
-        n rows, one per sample), the tokens served from the prefix cache, and the next-token logits."""
-        model, cache_read, device = self.model, 0, self.model.device
+        n rows, one per sample), the tokens served from the prefix cache, and the next-token logits.
+        ``sequence`` holds the prompt when the loop keeps one (always without a cache)."""
+        model, cache_read, p = self.model, 0, len(self.prompt)
         if not self.use_cache:
-            return None, 0, model(torch.tensor([self.prompt], device=device), last_only=True)[:, -1].expand(self.n, -1)
-        cache = model.new_cache(1, max_length=len(self.prompt) + self.steps - 1)  # the last token is never fed back
+            return None, 0, model(sequence[:1, :p], last_only=True)[:, -1].expand(self.n, -1)
+        cache = model.new_cache(1, max_length=p + self.steps - 1)  # the last token is never fed back
         if self.prefix_cache is not None:
             cache_read = self.prefix_cache.load(model, self.prompt, cache)
-        unread = torch.tensor([self.prompt[cache_read:]], device=device)
+        # only the tokens the prefix cache did not serve become a tensor (a long list is slow to convert)
+        unread = torch.tensor([self.prompt[cache_read:]], device=model.device)
         logits = model(unread, cache=cache, last_only=True)[:, -1]
         if self.n > 1:
             cache = _repeat_rows(model, cache, self.n)

@@ -85,13 +85,18 @@ def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tens
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(diagonal=n_keys - n_queries)
 
 
-def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
-    """Causal attention of the queries (the last positions) over all keys, in one fused kernel."""
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0,
+                    mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal attention of the queries (the last positions) over all keys, in one fused kernel.
+
+    New tokens after a cached prefix need ``causal_mask``; pass it as ``mask`` when every layer of
+    a pass shares it, so that it is made once rather than once per layer."""
     n_queries, n_keys = q.size(-2), k.size(-2)
     grouped = q.size(1) != k.size(1)  # fewer key/value heads than query heads
     if n_queries == 1 or n_queries == n_keys:  # one new token sees everything; or a plain causal square
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=n_queries > 1, enable_gqa=grouped)
-    mask = causal_mask(n_queries, n_keys, q.device)  # new tokens after a cached prefix
+    if mask is None:
+        mask = causal_mask(n_queries, n_keys, q.device)  # new tokens after a cached prefix
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=grouped)
 
 
@@ -296,11 +301,14 @@ class Transformer(nn.Module):
         batch that does not match it). In the plain case it goes straight to ``FastModel.step``:
         a generation loop takes this path once per token, and on a small model the checks and
         the reshapes around them cost a noticeable share of the step."""
+        if ids.dim() != 1:
+            raise ValueError(f"step takes one new token per sequence, shape (batch,), got {tuple(ids.shape)}; "
+                             "for several new tokens call the model: model(ids, cache=cache)")
         fast = None
         if not (self.training or self._forward_hooks or self._forward_pre_hooks):
             fast = self._fast_model(cache)
-        if fast is None or ids.dim() != 1 or ids.size(0) != cache.batch_size or cache.length >= cache.max_length:
-            return self(ids.view(-1, 1) if ids.dim() == 1 else ids, cache=cache)[:, -1]
+        if fast is None or ids.size(0) != cache.batch_size or cache.length >= cache.max_length:
+            return self(ids[:, None], cache=cache)[:, -1]
         return fast.step(ids, cache.length, cache)
 
     def _fast_model(self, cache: KVCache) -> FastModel | None:
@@ -383,16 +391,14 @@ class FastBlock:
 
     def __call__(self, x: torch.Tensor, start: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
                  cache: KVCache, mask: torch.Tensor | None) -> torch.Tensor:
-        """Several new tokens per sequence. ``mask`` is the additive causal mask of new tokens
-        after a cached prefix (None for a plain causal square), made once for all the layers."""
+        """Several new tokens per sequence. ``mask`` is the ``causal_mask`` of new tokens after a
+        cached prefix (None for a plain causal square), made once for all the layers."""
         batch, time, _ = x.shape
         q, k, v = split_heads(F.linear(self.attn_norm(x), *self.qkv), self.head_dim, self.heads, rope)
         k, v = cache.update(self.layer_index, start, k, v)
         if k.dtype != q.dtype:
             k, v = k.to(q.dtype), v.to(q.dtype)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                           enable_gqa=q.size(1) != k.size(1))
-        y = y.transpose(1, 2).reshape(batch, time, -1)
+        y = fused_attention(q, k, v, mask=mask).transpose(1, 2).reshape(batch, time, -1)
         return self.feed_forward(x + F.linear(y, *self.out))
 
     def step(self, x: torch.Tensor, position: int, rope: tuple[torch.Tensor, torch.Tensor] | None,
@@ -467,10 +473,7 @@ class FastModel:
         if self.pos_embed is not None:
             x = x + self.pos_embed[start:end]
         rope = (self.rope[0][start:end], self.rope[1][start:end]) if self.rope is not None else None
-        mask = None
-        if start > 0:  # new tokens after a cached prefix: 0 where a query may look, -inf where not
-            allowed = causal_mask(ids.size(1), end, x.device)
-            mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill_(~allowed, float("-inf"))
+        mask = causal_mask(ids.size(1), end, x.device) if start > 0 else None  # one for every layer
         for block in self.blocks:
             x = block(x, start, rope, cache, mask)
         cache.length = end

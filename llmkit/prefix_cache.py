@@ -230,7 +230,8 @@ class PrefixCache:
         self._token_bytes = 2 * len(cache.keys) * keys.size(1) * keys.size(3) * keys.element_size()
         if self._token_bytes * self.block_size > self.max_bytes:
             raise ValueError(f"max_bytes={self.max_bytes} cannot hold even one block of {self.block_size} tokens "
-                             f"({self._token_bytes * self.block_size} bytes for this model); raise max_bytes or lower block_size")
+                             f"({self._token_bytes * self.block_size} bytes for this model); "
+                             "raise max_bytes or lower block_size")
 
     def __repr__(self) -> str:
         s = self.stats

@@ -255,6 +255,9 @@ def test_step_runs_the_models_hooks_and_checks_like_forward():
     cache.truncate(4)
     with pytest.raises(ValueError, match="batch of 2 sequences but the cache holds 1"):
         model.step(torch.tensor([1, 2]), cache)
+    with pytest.raises(ValueError, match=r"one new token per sequence, shape \(batch,\), got \(1, 2\)"):
+        model.step(ids[:, :2], cache)  # two tokens are a chunk for forward, not a step
+    assert cache.length == 4  # nothing was written
 
 
 @torch.inference_mode()

@@ -16,12 +16,18 @@ def model() -> Transformer:
     return Transformer(CONFIG).eval()
 
 
+def prefilled_cache(model, tokens):
+    """A KV cache holding the prefill of ``tokens``."""
+    cache = model.new_cache(max_length=64)
+    model(torch.tensor([tokens]), cache=cache)
+    return cache
+
+
 @pytest.mark.parametrize("batch", [1, 2])
 @torch.inference_mode()
 def test_a_loaded_prefix_is_exactly_what_the_prefill_wrote(model, batch):
     tokens = torch.randint(0, CONFIG.vocab_size, (50,), generator=torch.Generator().manual_seed(1)).tolist()
-    prefilled = model.new_cache(max_length=64)
-    model(torch.tensor([tokens]), cache=prefilled)
+    prefilled = prefilled_cache(model, tokens)
     prefix_cache = PrefixCache(max_bytes=2**24, block_size=16)
     prefix_cache.store(model, tokens, prefilled)
     assert prefix_cache.stats.blocks == 4  # three whole blocks of 16 and a tail of 2
@@ -50,12 +56,6 @@ def test_continuing_after_a_loaded_prefix_equals_the_full_prefill(model):
     assert not torch.equal(logits, model(torch.tensor([tokens[:-1] + [0]]), last_only=True))  # control
 
 
-def prefilled_cache(model, tokens):
-    cache = model.new_cache(max_length=64)
-    model(torch.tensor([tokens]), cache=cache)
-    return cache
-
-
 @torch.inference_mode()
 def test_a_match_stops_exactly_at_the_first_different_token(model):
     tokens = torch.randint(0, CONFIG.vocab_size, (40,), generator=torch.Generator().manual_seed(3)).tolist()
@@ -66,7 +66,8 @@ def test_a_match_stops_exactly_at_the_first_different_token(model):
         assert prefix_cache.match_length(changed) == changed_at
         cache = model.new_cache(max_length=64)
         assert prefix_cache.load(model, changed, cache) == changed_at
-        assert torch.equal(cache.key_table[:, 0, :, :changed_at], prefilled_cache(model, changed).key_table[:, 0, :, :changed_at])
+        expected = prefilled_cache(model, changed).key_table[:, 0, :, :changed_at]
+        assert torch.equal(cache.key_table[:, 0, :, :changed_at], expected)
 
 
 @torch.inference_mode()
