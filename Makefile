@@ -43,7 +43,7 @@ setup-dev: $(VENV)/.dev-installed
 
 # The whole checkout is the root (notebooks, llmkit's source, data); the browser opens notebook 00.
 lab: setup
-	@$(PY) -m llmkit.env --quiet || echo "(JupyterLab opens anyway; notebook 00 shows the same check.)"
+	@$(PY) -m llmkit env --quiet || echo "(JupyterLab opens anyway; notebook 00 shows the same check.)"
 	$(PY) -m jupyterlab --ServerApp.root_dir=. notebooks/00_start_here.ipynb $(ROOT_FLAG) $(LAB_ARGS)
 
 # -ra lists every skip with its reason (a skipped browser test names the package to install).

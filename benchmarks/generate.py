@@ -29,9 +29,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmkit.generate import PrefixCache, generate  # noqa: E402
-from llmkit.config import ModelConfig  # noqa: E402
-from llmkit.model import Transformer  # noqa: E402
+from llmkit.generation.generate import PrefixCache, generate  # noqa: E402
+from llmkit.model.config import ModelConfig  # noqa: E402
+from llmkit.model.transformer import Transformer  # noqa: E402
 from llmkit.paths import DATA_DIR  # noqa: E402
 
 PROMPT_LENGTH = 16

@@ -25,10 +25,10 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmkit import bpe  # noqa: E402
-from llmkit.cl100k import get_cl100k  # noqa: E402
+from llmkit.tokens import bpe  # noqa: E402
+from llmkit.tokens.cl100k import get_cl100k  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
-from llmkit.tokenizer import Tokenizer  # noqa: E402
+from llmkit.tokens.tokenizer import Tokenizer  # noqa: E402
 
 SLICE = 1_000_000
 

@@ -25,10 +25,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmkit.data import load_tokens, random_batch  # noqa: E402
-from llmkit.model import Transformer  # noqa: E402
+from llmkit.training.data import load_tokens, random_batch  # noqa: E402
+from llmkit.model.transformer import Transformer  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
-from llmkit.train import autocast, lm_loss  # noqa: E402
+from llmkit.training.train import autocast, lm_loss  # noqa: E402
 
 SHAPE = dict(n_layers=6, d_model=384, n_heads=6, vocab_size=4096, context=256)
 BATCH = 8

@@ -6,8 +6,8 @@ letters out with a running count first (reasoning tokens), or calling a ``count_
 fixes it, at a price in output tokens.
 
 We test it on our own base model. Four short fine-tunes, each from the shipped base model, one
-per answer format (``llmkit.conversations.strawberry_tasks``). Half the training items use the
-training words (``llmkit.conversations.words("train")``), half a freshly invented word of 2-8 of
+per answer format (``llmkit.course.conversations.strawberry_tasks``). Half the training items use the
+training words (``llmkit.course.conversations.words("train")``), half a freshly invented word of 2-8 of
 the same syllables (never a held-out word), so no format can pass by memorising 52 words:
 
 - ``direct``:  "How many r's are in strawberry?" -> "strawberry has 3 r's."
@@ -36,11 +36,11 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from llmkit.chat_template import parse_assistant, render, stop_tokens  # noqa: E402
-from llmkit.conversations import REAL_WORDS, STRAWBERRY_FORMATS, strawberry_tasks  # noqa: E402
-from llmkit.evals import numbers_in, run_conversation  # noqa: E402
-from llmkit.finetune import FinetuneConfig, finetune  # noqa: E402
-from llmkit.generate import generate  # noqa: E402
+from llmkit.chat.template import parse_assistant, render, stop_tokens  # noqa: E402
+from llmkit.course.conversations import REAL_WORDS, STRAWBERRY_FORMATS, strawberry_tasks  # noqa: E402
+from llmkit.course.evals import numbers_in, run_conversation  # noqa: E402
+from llmkit.training.finetune import FinetuneConfig, finetune  # noqa: E402
+from llmkit.generation.generate import generate  # noqa: E402
 
 RESULTS = REPO / "data" / "strawberry" / "results.json"
 SHOWCASE = "ungarbarrylirryburirira"
@@ -121,7 +121,7 @@ def run(fmt: str, steps: int, batch_size: int, threads: int, seeds: tuple[int, .
     started = time.perf_counter()
     model = finetune("sft", cfg, progress=False)
     train_seconds = time.perf_counter() - started
-    from llmkit.weights import load_model
+    from llmkit.model.weights import load_model
     _, tokenizer = load_model("base")
     model.eval()
     with torch.no_grad():

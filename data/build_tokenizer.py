@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmkit.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer  # noqa: E402
+from llmkit.tokens.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer  # noqa: E402
 
 VOCAB_SIZE = 2048
 CORPUS = ROOT / "data" / "corpus" / "train.txt"

@@ -1,11 +1,11 @@
 """Check that this machine can run the course, and say how to fix whatever can't.
 
-Notebook 00 calls :func:`check` first, and ``python -m llmkit.env`` prints the same table in a
+Notebook 00 calls :func:`check` first, and ``python -m llmkit env`` prints the same table in a
 terminal (``make lab`` runs it with ``--quiet``, so only problems are printed). Each check
 returns a :class:`CheckResult`: OK, or FAIL with the command that fixes it. Data the course has
 not shipped yet is listed as TODO with the command that builds it; it never fails the check.
 
-Run:  python -m llmkit.env          (exit code 1 if anything FAILs)
+Run:  python -m llmkit env          (exit code 1 if anything FAILs)
 """
 from __future__ import annotations
 
@@ -62,9 +62,9 @@ DATA_ITEMS: tuple[DataItem, ...] = (
     DataItem("corpus/heldout.txt", "held-out text", "python data/build_corpus.py"),
     DataItem("models/base/tokenizer.json", "course tokenizer", "python data/build_tokenizer.py"),
     DataItem("models/base", "pretrained base model",
-             "python -m llmkit.train --config data/models/base/train_config.json",
+             "python -m llmkit train --config data/models/base/train_config.json",
              contents=("config.json", "model.safetensors", "tokenizer.json")),
-    DataItem("models/chat", "fine-tuned chat model", "see data/models/chat/README.md (python -m llmkit.finetune ...)",
+    DataItem("models/chat", "fine-tuned chat model", "see data/models/chat/README.md (python -m llmkit finetune ...)",
              contents=("config.json", "model.safetensors", "tokenizer.json")),
 )
 
@@ -162,7 +162,7 @@ def check_matplotlib() -> CheckResult:
 
 def check_cl100k() -> CheckResult:
     """tiktoken's cl100k_base loads (offline) and encodes a known string to the known ids."""
-    from llmkit.cl100k import get_cl100k
+    from llmkit.tokens.cl100k import get_cl100k
 
     name = "tiktoken cl100k_base"
     try:
@@ -228,7 +228,7 @@ def summary(results: list[CheckResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llmkit.env", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m llmkit env", description=__doc__.splitlines()[0])
     parser.add_argument("--quiet", action="store_true", help="print only the checks that FAIL")
     args = parser.parse_args(argv)
     results = check()
@@ -240,7 +240,3 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(results))
         print(summary(results))
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

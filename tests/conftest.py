@@ -23,7 +23,7 @@ def free_port():
 def tokenizer():
     """The shipped course tokenizer (a test module may define its own ``tokenizer`` instead)."""
     from llmkit.paths import data_path
-    from llmkit.tokenizer import Tokenizer
+    from llmkit.tokens.tokenizer import Tokenizer
 
     return Tokenizer.load(data_path("models", "base", "tokenizer.json"))
 
@@ -33,7 +33,7 @@ def tiny_llama():
     """Make a tiny random Llama-family model (seeded), for tests that need a model but not a good one."""
     import torch
 
-    from llmkit.model import ModelConfig, Transformer
+    from llmkit.model.transformer import ModelConfig, Transformer
 
     def make(vocab_size: int, context_length: int = 64):
         torch.manual_seed(0)

@@ -3,7 +3,7 @@ scores are pushed onto a fixed script, so a test knows exactly what the model wi
 the real cache, loop, template and client all run."""
 from __future__ import annotations
 
-from llmkit.model import ModelConfig, Transformer
+from llmkit.model.transformer import ModelConfig, Transformer
 
 
 class ScriptedModel(Transformer):

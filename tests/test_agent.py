@@ -8,14 +8,15 @@ import time
 import pytest
 import torch
 
-from llmkit.agent import AgentResult, run_agent
-from llmkit.chat_template import render
-from llmkit.client import Client, Message, MessageUsage
-from llmkit.model import ModelConfig, Transformer
+from llmkit.chat.agent import AgentResult, run_agent
+from llmkit.chat.template import render
+from llmkit.chat.client import Client, Message, MessageUsage
+from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
-from llmkit.tokenizer import Tokenizer
-from llmkit.tools import EXAMPLE_TOOLS, get_weather, run_tool_call, tool, web_search
-from llmkit.trace import Bill, Trace
+from llmkit.tokens.tokenizer import Tokenizer
+from llmkit.chat.tools import run_tool_call, tool
+from llmkit.course.tools import EXAMPLE_TOOLS, get_weather, web_search
+from llmkit.chat.trace import Bill, Trace
 from scripted_model import ScriptedModel
 
 TOKENIZER = Tokenizer.load(data_path("models", "base", "tokenizer.json"))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmkit import bpe
+from llmkit.tokens import bpe
 from llmkit.paths import data_path
 
 
@@ -152,6 +152,6 @@ def test_resolve_pattern():
 
 
 def test_gpt4_pattern_is_tiktoken_cl100k_pattern():
-    from llmkit.cl100k import get_cl100k
+    from llmkit.tokens.cl100k import get_cl100k
 
     assert bpe.GPT4_PATTERN == get_cl100k()._pat_str

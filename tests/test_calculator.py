@@ -1,11 +1,11 @@
-"""llmkit.calculator: Python's arithmetic on untrusted text, without eval, with size limits."""
+"""llmkit.course.calculator: Python's arithmetic on untrusted text, without eval, with size limits."""
 import math
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmkit.calculator import MAX_EXPRESSION_LENGTH, CalculatorError, calculate
+from llmkit.course.calculator import MAX_EXPRESSION_LENGTH, CalculatorError, calculate
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,10 @@
-"""llmkit.chat_template: layout, loss mask, marker safety, parse_assistant, and clear errors."""
+"""llmkit.chat.template: layout, loss mask, marker safety, parse_assistant, and clear errors."""
 import json
 import re
 
 import pytest
 
-from llmkit.chat_template import (
+from llmkit.chat.template import (
     MARKERS,
     parse_assistant,
     render,
@@ -14,8 +14,9 @@ from llmkit.chat_template import (
     tool_line,
 )
 from llmkit.paths import data_path
-from llmkit.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer
-from llmkit.tools import EXAMPLE_TOOLS, get_weather, run_tool_call, tool_result
+from llmkit.tokens.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer
+from llmkit.chat.tools import run_tool_call, tool_result
+from llmkit.course.tools import EXAMPLE_TOOLS, get_weather
 from llmkit.viz import chat as viz
 
 

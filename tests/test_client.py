@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmkit.chat_template import marker_ids
-from llmkit.client import Client, ContentDelta, ContextWindowError, Message
-from llmkit.model import ModelConfig, Transformer
+from llmkit.chat.template import marker_ids
+from llmkit.chat.client import Client, ContentDelta, ContextWindowError, Message
+from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import DATA_DIR, data_path
-from llmkit.tokenizer import Tokenizer
-from llmkit.tools import EXAMPLE_TOOLS, get_weather
-from llmkit.trace import Prices
+from llmkit.tokens.tokenizer import Tokenizer
+from llmkit.course.tools import EXAMPLE_TOOLS, get_weather
+from llmkit.chat.trace import Prices
 from scripted_model import ScriptedModel
 
 BLOCK_TYPES = {"thinking", "text", "tool_use"}
@@ -249,14 +249,14 @@ def test_a_trailing_assistant_message_is_continued(client):
 
 @pytest.mark.skipif(not CHAT_WEIGHTS.is_file(), reason="the chat model is not trained yet (data/models/chat)")
 def test_the_chat_model_calls_the_weather_tool_and_answers():
-    from llmkit.agent import run_agent
+    from llmkit.chat.agent import run_agent
 
     client = Client()
     # one tool, as in training: three tool lines (~150 tokens) plus a weather result overflow 256 tokens
     result = run_agent(client, ask("Will it rain in Warsaw tomorrow?"), [get_weather], max_iterations=3,
                        max_tokens=96, temperature=0, system="You are a helpful assistant.")
     calls = [b for m in result.transcript if m["role"] == "assistant" for b in m["content"] if b["type"] == "tool_use"]
-    # whether it copies the city right is a quality question for llmkit.evals (tool_args_exact);
+    # whether it copies the city right is a quality question for llmkit.course.evals (tool_args_exact);
     # here: a well-formed call that the loop runs, then an answer
     assert calls and calls[0]["name"] == "get_weather" and isinstance(calls[0]["input"].get("city"), str)
     results = [b for m in result.transcript if m["role"] == "user" and isinstance(m["content"], list)

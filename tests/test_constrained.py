@@ -1,4 +1,4 @@
-"""llmkit.constrained: the automaton accepts exactly the canonical calls, its token masks agree with
+"""llmkit.chat.constrained: the automaton accepts exactly the canonical calls, its token masks agree with
 a brute-force check, and under the constraint even a random model writes calls that parse and
 validate; the client turns it on by default."""
 from __future__ import annotations
@@ -12,15 +12,15 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmkit.chat_template import marker_ids, parse_assistant, render, stop_tokens
-from llmkit.client import Client
-from llmkit.constrained import (CallGrammar, ToolCallConstraint, UnsupportedSchemaError, call_matcher,
+from llmkit.chat.template import marker_ids, parse_assistant, render, stop_tokens
+from llmkit.chat.client import Client
+from llmkit.chat.constrained import (CallGrammar, ToolCallConstraint, UnsupportedSchemaError, call_matcher,
                                 tool_definitions, value_matcher)
-from llmkit.generate import generate
-from llmkit.model import ModelConfig, Transformer
-from llmkit.sampling import SamplingParams, TokenConstraint
-from llmkit.tools import (EXAMPLE_TOOLS, ToolArgumentsError, get_weather, parse_arguments, tool, tools_by_name,
-                          validate_arguments)
+from llmkit.generation.generate import generate
+from llmkit.model.transformer import ModelConfig, Transformer
+from llmkit.generation.sampling import SamplingParams, TokenConstraint
+from llmkit.chat.tools import ToolArgumentsError, parse_arguments, tool, tools_by_name, validate_arguments
+from llmkit.course.tools import EXAMPLE_TOOLS, get_weather
 from scripted_model import ScriptedModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -392,13 +392,13 @@ def test_the_client_refuses_a_schema_it_cannot_enforce_unless_told(tokenizer):
     ({"type": "tool_use", "name": "get_weather", "input": {"city": 7}}, "tool_use", "bad_arguments"),
 ])
 def test_call_problem_names_each_reason(block, stop_reason, problem):
-    from llmkit.evals import call_problem
+    from llmkit.course.evals import call_problem
 
     assert call_problem(block, stop_reason, {"get_weather": get_weather}) == problem
 
 
 def test_tool_call_validity_on_a_model_that_breaks_calls(tokenizer):
-    from llmkit.evals import INVALID_CALL_REASONS, tool_call_validity
+    from llmkit.course.evals import INVALID_CALL_REASONS, tool_call_validity
 
     model = contrarian(tokenizer, lean=6.0)
     free = tool_call_validity(model, tokenizer, constrained=False, temperature=1.0, n=6)

@@ -1,4 +1,4 @@
-"""llmkit.conversations: seeded, reproducible, held-out-disjoint dialogues that fit the 256-token context."""
+"""llmkit.course.conversations: seeded, reproducible, held-out-disjoint dialogues that fit the 256-token context."""
 import hashlib
 import json
 import os
@@ -8,11 +8,12 @@ import sys
 
 import pytest
 
-from llmkit import conversations as conv
-from llmkit.chat_template import MARKERS, parse_assistant
+from llmkit.course import conversations as conv
+from llmkit.chat.template import MARKERS, parse_assistant
 from llmkit.paths import data_path
-from llmkit.tokenizer import Tokenizer
-from llmkit.tools import EXAMPLE_TOOLS, run_tool_call, tools_by_name, validate_arguments
+from llmkit.tokens.tokenizer import Tokenizer
+from llmkit.chat.tools import run_tool_call, tools_by_name, validate_arguments
+from llmkit.course.tools import EXAMPLE_TOOLS
 
 CONTEXT = 256  # the course model's context length
 TOOLS = tools_by_name(EXAMPLE_TOOLS)
@@ -40,7 +41,7 @@ def fingerprint(items) -> str:
 
 # ---------------------------------------------------------------------------------------------- determinism
 def test_same_seed_same_data_across_processes():
-    code = ("import hashlib, json; from llmkit import conversations as c; "
+    code = ("import hashlib, json; from llmkit.course import conversations as c; "
             "items = c.make_conversations(60, split='heldout', seed=5) + c.make_preferences(20, seed=5) "
             "+ c.strawberry_tasks('spelled', n=10, seed=5); "
             "print(hashlib.sha256(json.dumps([repr(i) for i in items]).encode()).hexdigest())")

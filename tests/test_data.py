@@ -1,11 +1,11 @@
-"""llmkit.data: corpus files -> token ids -> windows and batches."""
+"""llmkit.training.data: corpus files -> token ids -> windows and batches."""
 import numpy as np
 import pytest
 import torch
 
-from llmkit.data import load_tokens, random_batch, read_corpus, sequential_batches
+from llmkit.training.data import load_tokens, random_batch, read_corpus, sequential_batches
 from llmkit.paths import data_path
-from llmkit.tokenizer import Tokenizer
+from llmkit.tokens.tokenizer import Tokenizer
 
 TOKENIZER = data_path("models", "base", "tokenizer.json")
 

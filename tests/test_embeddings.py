@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from llmkit import embeddings as E
+from llmkit.model import embeddings as E
 from llmkit.paths import data_path
-from llmkit.tokenizer import Tokenizer
+from llmkit.tokens.tokenizer import Tokenizer
 
 
 def random_table(rows: int = 50, dim: int = 16, seed: int = 0) -> torch.Tensor:

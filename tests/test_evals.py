@@ -1,15 +1,16 @@
-"""llmkit.evals: the scoring functions on hand-made transcripts, and the shipped chat model."""
+"""llmkit.course.evals: the scoring functions on hand-made transcripts, and the shipped chat model."""
 import json
 
 import pytest
 import torch
 
-from llmkit.chat_template import parse_assistant, render, stop_tokens
-from llmkit.conversations import make_conversations, weather_conversation
-from llmkit.evals import (Transcript, answer_consistent, invents_number, names_user, score, tool_call_valid)
-from llmkit.generate import generate
+from llmkit.chat.template import parse_assistant, render, stop_tokens
+from llmkit.course.conversations import make_conversations, weather_conversation
+from llmkit.course.evals import (Transcript, answer_consistent, invents_number, names_user, score, tool_call_valid)
+from llmkit.generation.generate import generate
 from llmkit.paths import DATA_DIR
-from llmkit.tools import get_weather, run_tool_call
+from llmkit.chat.tools import run_tool_call
+from llmkit.course.tools import get_weather
 
 CHAT = DATA_DIR / "models" / "chat"
 needs_chat = pytest.mark.skipif(not (CHAT / "model.safetensors").is_file(),

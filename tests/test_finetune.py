@@ -1,4 +1,4 @@
-"""llmkit.finetune: the SFT mask, padding, the DPO loss, and tiny runs of both stages."""
+"""llmkit.training.finetune: the SFT mask, padding, the DPO loss, and tiny runs of both stages."""
 import json
 import math
 from pathlib import Path
@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmkit.conversations import make_conversations, make_preferences
-from llmkit.finetune import (FinetuneConfig, answer_logprobs, conversation_batch, dpo_loss, finetune, pad_batch,
+from llmkit.course.conversations import make_conversations, make_preferences
+from llmkit.training.finetune import (FinetuneConfig, answer_logprobs, conversation_batch, dpo_loss, finetune, pad_batch,
                              preference_batch)
-from llmkit.model import ModelConfig, Transformer
+from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
-from llmkit.tokenizer import Tokenizer
-from llmkit.train import lm_loss, read_log
+from llmkit.tokens.tokenizer import Tokenizer
+from llmkit.training.train import lm_loss, read_log
 
 TOKENIZER = data_path("models", "base", "tokenizer.json")
 
@@ -151,8 +151,8 @@ def test_tiny_sft_then_dpo_runs(tiny_base, tmp_path):
 
 
 def test_fresh_entities_are_invented_real_and_never_heldout():
-    from llmkit.conversations import CITIES, NAMES, words
-    from llmkit.finetune import example_source
+    from llmkit.course.conversations import CITIES, NAMES, words
+    from llmkit.training.finetune import example_source
 
     heldout = set(CITIES["heldout"]) | set(NAMES["heldout"]) | set(words("heldout"))
     plain = make_conversations(60, split="train", seed=9)
@@ -175,7 +175,7 @@ def test_fresh_entities_are_invented_real_and_never_heldout():
 
 
 def test_fresh_conversation_that_does_not_fit_falls_back_to_the_original():
-    from llmkit.finetune import example_source
+    from llmkit.training.finetune import example_source
 
     plain = make_conversations(12, split="train", seed=5)
     assert example_source("chat", None, fresh=1.0, fits=lambda c: False)(12, "train", 5) == plain
@@ -186,8 +186,8 @@ def test_set_dropout_turns_off_every_kind_of_dropout():
     left in attention, the residual branches or the embeddings)."""
     import torch
 
-    from llmkit.finetune import set_dropout
-    from llmkit.model import ModelConfig, Transformer
+    from llmkit.training.finetune import set_dropout
+    from llmkit.model.transformer import ModelConfig, Transformer
 
     torch.manual_seed(0)
     config = ModelConfig.llama(vocab_size=64, context_length=16, d_model=32, n_layers=2, n_heads=4, dropout=0.3)
@@ -204,7 +204,7 @@ def test_set_dropout_turns_off_every_kind_of_dropout():
 
 
 def test_dpo_sft_weight_adds_the_chosen_answers_next_token_loss():
-    from llmkit.finetune import DPOObjective
+    from llmkit.training.finetune import DPOObjective
 
     torch.manual_seed(0)
     reference = Transformer(ModelConfig.llama(vocab_size=32, context_length=8, d_model=16, n_layers=1, n_heads=2))
@@ -222,8 +222,8 @@ def test_dpo_sft_weight_adds_the_chosen_answers_next_token_loss():
 
 
 def test_varied_invented_names_use_many_different_tokens_and_never_heldout_ones():
-    from llmkit.conversations import NAMES
-    from llmkit.finetune import example_source
+    from llmkit.course.conversations import NAMES
+    from llmkit.training.finetune import example_source
 
     tokenizer = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
     source = example_source("chat", ["memory"], fresh=1.0, varied=True)
@@ -237,7 +237,7 @@ def test_copy_words_draw_every_token_alike_and_never_a_heldout_value(tokenizer):
     import collections
     import random
 
-    from llmkit.finetune import CopyWords
+    from llmkit.training.finetune import CopyWords
 
     text = "the violet violent doe does goes foes ANYONE anyway Zebra zoo " * 3 + "Viola Anya Zoe Giraffe giraffe"
     lexicon = CopyWords(tokenizer, text, taken={"Viola", "Anya", "Zoe", "giraffe"})
@@ -254,8 +254,8 @@ def test_copy_words_draw_every_token_alike_and_never_a_heldout_value(tokenizer):
 
 
 def test_corpus_names_reach_tokens_that_syllables_miss(tokenizer):
-    from llmkit.conversations import NAMES
-    from llmkit.finetune import CopyWords, example_source
+    from llmkit.course.conversations import NAMES
+    from llmkit.training.finetune import CopyWords, example_source
 
     def names_and_tokens(**kwargs):
         source = example_source("chat", ["memory"], fresh=1.0, varied=True, **kwargs)
@@ -274,7 +274,7 @@ def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_lis
     the first 8 kinds only (no "no_tool", "search" or "react" ever reached the model)."""
     import collections
 
-    from llmkit.finetune import example_source, step_seed
+    from llmkit.training.finetune import example_source, step_seed
 
     kinds = ["weather", "letters", "arithmetic", "memory", "memory", "memory", "memory", "memory",
              "no_tool", "no_tool", "direct", "search", "react"]
@@ -285,8 +285,8 @@ def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_lis
 
 
 def test_repeat_conversations_say_the_words_back_and_fresh_ones_invent_every_word(tokenizer):
-    from llmkit.conversations import CITIES, NAMES, make_conversations, words
-    from llmkit.finetune import CopyWords, example_source
+    from llmkit.course.conversations import CITIES, NAMES, make_conversations, words
+    from llmkit.training.finetune import CopyWords, example_source
 
     heldout = set(NAMES["heldout"]) | set(CITIES["heldout"]) | set(words("heldout"))
     for c in make_conversations(12, split="heldout", seed=3, kinds=["repeat"]):

@@ -1,8 +1,8 @@
-"""llmkit.generate: the loop, its stop reasons, streaming, the KV cache and the prefix cache."""
+"""llmkit.generation.generate: the loop, its stop reasons, streaming, the KV cache and the prefix cache."""
 import pytest
 import torch
 
-from llmkit.generate import (
+from llmkit.generation.generate import (
     STOP_REASONS,
     PrefixCache,
     StopEvent,
@@ -11,10 +11,10 @@ from llmkit.generate import (
     next_token_logits,
     stream,
 )
-from llmkit.model import ModelConfig, Transformer
+from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import DATA_DIR
-from llmkit.sampling import SamplingParams
-from llmkit.tokenizer import Tokenizer
+from llmkit.generation.sampling import SamplingParams
+from llmkit.tokens.tokenizer import Tokenizer
 from scripted_model import ScriptedModel
 
 SPECIALS = ["<|endoftext|>", "<|end_turn|>", "<|end_tool_call|>"]

@@ -10,7 +10,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from llmkit.model import Transformer  # noqa: E402
+from llmkit.model.transformer import Transformer  # noqa: E402
 
 TOLERANCE = 1e-4
 

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from llmkit.kvcache import KVCache
-from llmkit.model import ModelConfig, Transformer
+from llmkit.model.kvcache import KVCache
+from llmkit.model.transformer import ModelConfig, Transformer
 
 SHAPE = dict(vocab_size=101, context_length=256, d_model=48, n_layers=2, n_heads=6)
 CONFIGS = {

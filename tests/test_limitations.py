@@ -12,8 +12,9 @@ import json  # noqa: E402
 
 import pytest  # noqa: E402
 
-from llmkit.chat_template import tool_line  # noqa: E402
-from llmkit.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, run_tool_call, send_email  # noqa: E402
+from llmkit.chat.template import tool_line  # noqa: E402
+from llmkit.chat.tools import run_tool_call
+from llmkit.course.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, send_email  # noqa: E402
 from llmkit.viz import limitations as viz  # noqa: E402
 from plot_checks import static_html  # noqa: E402
 

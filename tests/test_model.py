@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmkit.kvcache import KVCache
-from llmkit.config import count_params, estimate_cost
-from llmkit.model import ModelConfig, Transformer
+from llmkit.model.kvcache import KVCache
+from llmkit.model.config import count_params, estimate_cost
+from llmkit.model.transformer import ModelConfig, Transformer
 
 TINY = dict(vocab_size=97, context_length=64, d_model=32, n_layers=2, n_heads=4)
 FAMILIES = {

@@ -4,8 +4,8 @@ to the token."""
 import pytest
 import torch
 
-from llmkit.model import ModelConfig, Transformer
-from llmkit.prefix_cache import PrefixCache
+from llmkit.model.transformer import ModelConfig, Transformer
+from llmkit.generation.prefix_cache import PrefixCache
 
 CONFIG = ModelConfig.llama(vocab_size=101, context_length=128, d_model=48, n_layers=3, n_heads=6, n_kv_heads=2)
 

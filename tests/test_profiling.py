@@ -1,14 +1,14 @@
-"""llmkit.profiling: the timing helpers return one measurement per token or length, and the
+"""llmkit.course.profiling: the timing helpers return one measurement per token or length, and the
 conversation runner reports exact cache accounting. A tiny random model keeps the tests fast;
 only properties of timings are checked (they vary), while token counts are checked exactly."""
 from __future__ import annotations
 
 import pytest
 
-from llmkit.generate import PrefixCache
-from llmkit.model import estimate_cost
-from llmkit.profiling import context_costs, prefill_vs_decode, read_costs, replay_conversation, token_times
-from llmkit.sampling import SamplingParams
+from llmkit.generation.generate import PrefixCache
+from llmkit.model.transformer import estimate_cost
+from llmkit.course.profiling import context_costs, prefill_vs_decode, read_costs, replay_conversation, token_times
+from llmkit.generation.sampling import SamplingParams
 
 MESSAGES = ["ROMEO.\nGood morrow, fair Juliet.\n\nJULIET.\n", "ROMEO.\nWhy dost thou weep?\n\nJULIET.\n",
             "ROMEO.\nFarewell, sweet love.\n\nJULIET.\n"]

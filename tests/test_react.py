@@ -1,4 +1,4 @@
-"""llmkit.react: the ReAct text protocol (write, parse, why parsing fails), its conversation kind,
+"""llmkit.course.react: the ReAct text protocol (write, parse, why parsing fails), its conversation kind,
 and the parse-failure measurement."""
 import json
 import math
@@ -8,15 +8,17 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from llmkit import conversations as conv
-from llmkit import react
-from llmkit.chat_template import MARKERS
-from llmkit.evals import EVAL_KINDS, react_parse_failures
-from llmkit.finetune import with_fresh_entity
-from llmkit.model import ModelConfig
+from llmkit.course import conversations as conv
+from llmkit import cli
+from llmkit.course import react
+from llmkit.chat.template import MARKERS
+from llmkit.course.evals import EVAL_KINDS, react_parse_failures
+from llmkit.training.finetune import with_fresh_entity
+from llmkit.model.transformer import ModelConfig
 from llmkit.paths import DATA_DIR
-from llmkit.react import ParseFailure, format_action, format_observation, parse_action
-from llmkit.tools import EXAMPLE_TOOLS, Tool, calculator, get_weather, run_tool_call, tool
+from llmkit.course.react import ParseFailure, format_action, format_observation, parse_action
+from llmkit.chat.tools import Tool, run_tool_call, tool
+from llmkit.course.tools import EXAMPLE_TOOLS, calculator, get_weather
 from scripted_model import ScriptedModel
 
 CONTEXT = 256  # the course model's context length
@@ -323,7 +325,7 @@ def test_parse_failures_are_counted_by_reason(tokenizer):
 @needs_chat
 @pytest.mark.usefixtures("one_thread")
 def test_command_line_prints_one_run_per_temperature(capsys):
-    react.main(["--model", "chat", "--n", "2", "--temperatures", "0.7", "1.5", "--json"])
+    cli.main(["react", "--model", "chat", "--n", "2", "--temperatures", "0.7", "1.5", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert [run["temperature"] for run in out["runs"]] == [0.7, 1.5]
     for run in out["runs"]:

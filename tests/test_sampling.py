@@ -1,4 +1,4 @@
-"""llmkit.sampling: each processor, the fall-back, seeds, and draws that match their target."""
+"""llmkit.generation.sampling: each processor, the fall-back, seeds, and draws that match their target."""
 import math
 
 import numpy as np
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from llmkit.sampling import (
+from llmkit.generation.sampling import (
     STAGES,
     SamplingParams,
     apply_repetition_penalty,

@@ -1,4 +1,4 @@
-"""llmkit.search (BM25 over data/docs) and the web_search server tool built on it."""
+"""llmkit.course.search (BM25 over data/docs) and the web_search server tool built on it."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,9 @@ import random
 import pytest
 
 from llmkit.paths import data_path
-from llmkit.search import INJECTED_DOCUMENT, SNIPPET_CHARS, Document, SearchIndex, course_index, words
-from llmkit.tools import EXAMPLE_TOOLS, SEARCH_RESULTS, Tool, run_tool_call, tool, web_search
+from llmkit.course.search import INJECTED_DOCUMENT, SNIPPET_CHARS, Document, SearchIndex, course_index, words
+from llmkit.chat.tools import Tool, run_tool_call, tool
+from llmkit.course.tools import EXAMPLE_TOOLS, SEARCH_RESULTS, web_search
 
 
 def write(folder, name: str, text: str) -> None:

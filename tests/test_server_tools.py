@@ -8,12 +8,13 @@ import json
 import pytest
 import torch
 
-from llmkit import conversations as conv
-from llmkit.chat_template import render, server_result_ids
-from llmkit.client import MAX_SERVER_CALLS, SERVER_LIMIT_ERROR, Client
-from llmkit.model import ModelConfig
-from llmkit.tools import get_weather, run_tool_call, tool, web_search
-from llmkit.trace import Trace
+from llmkit.course import conversations as conv
+from llmkit.chat.template import render, server_result_ids
+from llmkit.chat.client import MAX_SERVER_CALLS, SERVER_LIMIT_ERROR, Client
+from llmkit.model.transformer import ModelConfig
+from llmkit.chat.tools import run_tool_call, tool
+from llmkit.course.tools import get_weather, web_search
+from llmkit.chat.trace import Trace
 from scripted_model import ScriptedModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")

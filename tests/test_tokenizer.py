@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmkit import tokenizer as tokenizer_module
-from llmkit import tokenizer_file
+from llmkit.tokens import tokenizer as tokenizer_module
+from llmkit.tokens import file as tokenizer_file
 from llmkit.paths import DATA_DIR, data_path
-from llmkit.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer
+from llmkit.tokens.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer
 
 SAMPLE = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"

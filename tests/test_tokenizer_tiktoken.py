@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmkit.cl100k import get_cl100k
+from llmkit.tokens.cl100k import get_cl100k
 from llmkit.paths import data_path
-from llmkit.tokenizer import Tokenizer
+from llmkit.tokens.tokenizer import Tokenizer
 
 TEXTS = {
     "english": "The quick brown fox jumps over the lazy dog. It's 4:30pm; we'll see, won't we?",

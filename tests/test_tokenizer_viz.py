@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 from llmkit.paths import data_path  # noqa: E402
-from llmkit.tokenizer import Tokenizer  # noqa: E402
+from llmkit.tokens.tokenizer import Tokenizer  # noqa: E402
 from llmkit.viz import tokens as viz  # noqa: E402
 
 

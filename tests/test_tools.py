@@ -1,4 +1,4 @@
-"""llmkit.tools: definitions from typed functions, argument checks, and one call -> one tool_result."""
+"""llmkit.chat.tools: definitions from typed functions, argument checks, and one call -> one tool_result."""
 import json
 import os
 import subprocess
@@ -12,20 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmkit.tools import (
-    EXAMPLE_TOOLS,
-    Tool,
-    ToolArgumentsError,
-    ToolDefinitionError,
-    calculator,
-    count_letters,
-    get_weather,
-    parse_arguments,
-    run_tool_call,
-    tool,
-    tool_result,
-    validate_arguments,
-)
+from llmkit.chat.tools import Tool, ToolArgumentsError, ToolDefinitionError, parse_arguments, run_tool_call, tool, tool_result, validate_arguments
+from llmkit.course.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather
 
 # ----------------------------------------------------------------------------------------------
 # @tool: schemas
@@ -601,12 +589,12 @@ def test_get_weather_differs_across_cities_and_days():
     assert sum(numbers(get_weather(c, "today")) != numbers(get_weather(c, "tomorrow")) for c in CITIES) >= len(CITIES) - 1
 
 
-def test_fresh_process_same_weather_and_only_floor_1_imports():
+def test_fresh_process_same_weather_and_chat_tools_import_no_higher_floor():
     # One subprocess (importing jsonschema takes a second or two) checks two things: the weather
-    # does not depend on PYTHONHASHSEED (Python's hash() of a str does), and llmkit.tools imports
-    # nothing from higher floors of the package.
+    # does not depend on PYTHONHASHSEED (Python's hash() of a str does), and the tools import nothing
+    # from higher floors of the package.
     code = (
-        "import json, sys; from llmkit.tools import get_weather; "
+        "import json, sys; from llmkit.course.tools import get_weather; "
         f"weather = [get_weather(c) for c in {CITIES!r}]; "
         "print(json.dumps([weather, sorted(m for m in sys.modules if m.startswith('llmkit'))]))"
     )
@@ -614,4 +602,6 @@ def test_fresh_process_same_weather_and_only_floor_1_imports():
     output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     weather, modules = json.loads(output)
     assert weather == [get_weather(city) for city in CITIES]
-    assert set(modules) <= {"llmkit", "llmkit.paths", "llmkit.tools", "llmkit.calculator"}
+    # the chat floor (llmkit.chat.tools) pulls in nothing but itself; the example tools add the calculator
+    assert set(modules) <= {"llmkit", "llmkit.paths", "llmkit.chat", "llmkit.chat.tools", "llmkit.course",
+                            "llmkit.course.tools", "llmkit.course.calculator"}

@@ -1,15 +1,15 @@
-"""llmkit.trace: the bill's arithmetic and the events a request records."""
+"""llmkit.chat.trace: the bill's arithmetic and the events a request records."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from llmkit.client import Client
-from llmkit.model import ModelConfig, Transformer
+from llmkit.chat.client import Client
+from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
-from llmkit.tokenizer import Tokenizer
-from llmkit.tools import EXAMPLE_TOOLS
-from llmkit.trace import Bill, Prices, Trace
+from llmkit.tokens.tokenizer import Tokenizer
+from llmkit.course.tools import EXAMPLE_TOOLS
+from llmkit.chat.trace import Bill, Prices, Trace
 
 SYSTEM = "You are a helpful assistant. Answer briefly, and use a tool when one helps."
 

@@ -1,4 +1,4 @@
-"""llmkit.train: the loss, the schedule, the loop, checkpoints and resume, two processes = one."""
+"""llmkit.training.train: the loss, the schedule, the loop, checkpoints and resume, two processes = one."""
 import json
 import math
 import os
@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from llmkit.paths import data_path
-from llmkit.train import TrainConfig, learning_rate, lm_loss, main, make_optimizer, read_log, train
-from llmkit.model import ModelConfig, Transformer
+from llmkit.training.train import TrainConfig, learning_rate, lm_loss, main, make_optimizer, read_log, train
+from llmkit.model.transformer import ModelConfig, Transformer
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = data_path("models", "base", "tokenizer.json")
@@ -177,7 +177,7 @@ def test_two_processes_match_one_with_the_same_global_batch(corpus, tmp_path):
     config.write_text(json.dumps(values))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "llmkit.train", "--config", str(config)]
+               "-m", "llmkit", "train", "--config", str(config)]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
 

@@ -13,11 +13,12 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from llmkit.chat_template import render  # noqa: E402
-from llmkit.client import Message, MessageUsage  # noqa: E402
+from llmkit.chat.template import render  # noqa: E402
+from llmkit.chat.client import Message, MessageUsage  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
-from llmkit.tools import calculator, get_weather, run_tool_call, web_search  # noqa: E402
-from llmkit.trace import Bill  # noqa: E402
+from llmkit.chat.tools import run_tool_call
+from llmkit.course.tools import calculator, get_weather, web_search  # noqa: E402
+from llmkit.chat.trace import Bill  # noqa: E402
 from llmkit.viz import agents as viz  # noqa: E402
 from plot_checks import static_html  # noqa: E402
 

@@ -11,9 +11,9 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from llmkit.client import Client  # noqa: E402
-from llmkit.tools import get_weather  # noqa: E402
-from llmkit.trace import Trace  # noqa: E402
+from llmkit.chat.client import Client  # noqa: E402
+from llmkit.course.tools import get_weather  # noqa: E402
+from llmkit.chat.trace import Trace  # noqa: E402
 from llmkit.viz import chat as vc  # noqa: E402
 from llmkit.viz.trace import request_rows  # noqa: E402
 

@@ -12,9 +12,9 @@ from collections import Counter  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from llmkit.generate import generate, next_token_logits  # noqa: E402
-from llmkit.profiling import ContextCost, ReadCost, Turn  # noqa: E402
-from llmkit.sampling import SamplingParams, stage_probabilities  # noqa: E402
+from llmkit.generation.generate import generate, next_token_logits  # noqa: E402
+from llmkit.course.profiling import ContextCost, ReadCost, Turn  # noqa: E402
+from llmkit.generation.sampling import SamplingParams, stage_probabilities  # noqa: E402
 from llmkit.viz import generation as vg  # noqa: E402
 from llmkit.viz import sampling as vs  # noqa: E402
 from plot_checks import assert_titled_and_labelled  # noqa: E402

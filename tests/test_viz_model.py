@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from llmkit import embeddings as E  # noqa: E402
+from llmkit.model import embeddings as E  # noqa: E402
 from llmkit.viz import attention as va  # noqa: E402
 from llmkit.viz import embeddings as ve  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Notebook 07's pictures, tables and widgets, headless: replies stop where a harness stops, the
 committed logs and results are read in the right order and summarised truthfully, DPO margins
-agree with llmkit.finetune's loss, and each widget redraws when a control moves."""
+agree with llmkit.training.finetune's loss, and each widget redraws when a control moves."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,10 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from llmkit.chat_template import render  # noqa: E402
-from llmkit.conversations import KINDS, make_conversations, make_preferences  # noqa: E402
-from llmkit.finetune import dpo_loss  # noqa: E402
-from llmkit.model import ModelConfig  # noqa: E402
+from llmkit.chat.template import render  # noqa: E402
+from llmkit.course.conversations import KINDS, make_conversations, make_preferences  # noqa: E402
+from llmkit.training.finetune import dpo_loss  # noqa: E402
+from llmkit.model.transformer import ModelConfig  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
 from llmkit.viz import chat as chat_viz  # noqa: E402
 from llmkit.viz import post_training as viz  # noqa: E402
@@ -89,7 +89,7 @@ def test_stage_logs_come_in_stage_order(tmp_path):
     assert_titled_and_labelled(fig, every_panel=True)
     starts = [line.get_xdata()[0] for line in fig.axes[0].lines if "training" in line.get_label()]
     assert starts == [10, 10 + 20, 10 + 20 + 30]  # each stage's steps continue after the one before
-    with pytest.raises(FileNotFoundError, match="python -m llmkit.finetune"):
+    with pytest.raises(FileNotFoundError, match="python -m llmkit finetune"):
         viz.stage_logs(tmp_path / "..", stage="nothing")
 
 

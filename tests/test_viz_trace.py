@@ -10,10 +10,10 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from llmkit.client import Client  # noqa: E402
-from llmkit.model import ModelConfig  # noqa: E402
-from llmkit.tools import get_weather  # noqa: E402
-from llmkit.trace import Bill, Trace  # noqa: E402
+from llmkit.chat.client import Client  # noqa: E402
+from llmkit.model.transformer import ModelConfig  # noqa: E402
+from llmkit.course.tools import get_weather  # noqa: E402
+from llmkit.chat.trace import Bill, Trace  # noqa: E402
 from llmkit.viz import trace as vt  # noqa: E402
 from scripted_model import ScriptedModel  # noqa: E402
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from llmkit.model import ModelConfig, Transformer
+from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
-from llmkit.weights import load, load_model
+from llmkit.model.weights import load, load_model
 
 SHAPE = dict(vocab_size=61, context_length=32, d_model=32, n_layers=2, n_heads=4)
 CONFIGS = {
@@ -131,7 +131,7 @@ SHIPPED_BASE = data_path("models", "base", "model.safetensors", must_exist=False
 
 @pytest.mark.skipif(not SHIPPED_TOKENIZER.is_file(), reason="the course tokenizer is not built yet")
 def test_load_model_reads_a_folder_with_its_tokenizer(tmp_path):
-    from llmkit.tokenizer import Tokenizer
+    from llmkit.tokens.tokenizer import Tokenizer
 
     shipped = Tokenizer.load(SHIPPED_TOKENIZER)
     config = ModelConfig.llama(**{**SHAPE, "vocab_size": shipped.vocab_size}, n_kv_heads=2)

@@ -3,7 +3,7 @@ how often each way of calling a tool leaves the harness nothing it can run.
 
 - ``tokens_from`` cuts a rendered conversation at a position, so ``llmkit.viz.chat.show_conversation``
   draws only what one step added: what the model wrote (solid) apart from what it was given (faded).
-- ``tool_steps`` lists the tool calls of an ``llmkit.agent.AgentResult`` beside their results, as
+- ``tool_steps`` lists the tool calls of an ``llmkit.chat.agent.AgentResult`` beside their results, as
   plain data, whoever ran them (the loop, or the client for a server tool).
 - ``approval_agent`` is ``run_agent`` with a human in the loop: an Approve / Deny button pair is the
   ``approve`` hook. A notebook cell cannot wait for a click while it runs (the kernel handles the
@@ -12,8 +12,8 @@ how often each way of calling a tool leaves the harness nothing it can run.
   unattended (an executed notebook, a test) passes a scripted approve function instead. The widget
   also carries a plain HTML copy of itself, which a viewer without a live kernel shows.
 - ``invalid_call_rows``, ``format_invalid_calls`` and ``plot_invalid_calls`` put the measurements of
-  the ReAct text protocol (``python -m llmkit.react``) beside those of structured calls with and
-  without constrained decoding (``python -m llmkit.evals --tool-call-validity``).
+  the ReAct text protocol (``python -m llmkit react``) beside those of structured calls with and
+  without constrained decoding (``python -m llmkit evals --tool-call-validity``).
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ import html
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
-from llmkit.agent import run_agent
-from llmkit.chat_template import Rendered
-from llmkit.tools import Tool, tools_by_name
+from llmkit.chat.agent import run_agent
+from llmkit.chat.template import Rendered
+from llmkit.chat.tools import Tool, tools_by_name
 from llmkit.viz.chat import message_line
 from llmkit.viz.limitations import StaticHtmlFallback, call_html
 
@@ -220,9 +220,9 @@ def invalid_call_rows(react: Mapping, validity: Mapping) -> list[dict]:
     """One row per protocol and temperature: the fraction of replies with a call that cannot be run
     (``unrunnable``) and with no call at all (``no_call``), out of ``n``.
 
-    react: ``python -m llmkit.react --json`` output (``{"runs": [...]}``): ``no_action`` is "no call",
+    react: ``python -m llmkit react --json`` output (``{"runs": [...]}``): ``no_action`` is "no call",
         every other parse failure "cannot be run".
-    validity: ``python -m llmkit.evals --tool-call-validity`` output (``{"rows": [...]}``): ``invalid_rate``
+    validity: ``python -m llmkit evals --tool-call-validity`` output (``{"rows": [...]}``): ``invalid_rate``
         is "cannot be run", and the turns without a call (``n - calls``) are "no call".
     Every question in both sets needs a tool, so either way the harness had nothing to run.
     """

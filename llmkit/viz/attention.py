@@ -1,6 +1,6 @@
 """Notebook 03's pictures: attention patterns, the residual stream, the logit lens, the next token.
 
-``look_inside`` runs one sentence through the model under ``llmkit.inspect.capture`` and keeps
+``look_inside`` runs one sentence through the model under ``llmkit.model.inspect.capture`` and keeps
 everything the pictures need; the plot functions draw it (titled, axes labelled) and
 ``attention_explorer`` is the widget that redraws a head's pattern when you change the text,
 the layer or the head.
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from llmkit.inspect import capture
-from llmkit.model import Transformer
-from llmkit.tokenizer import Tokenizer
+from llmkit.model.inspect import capture
+from llmkit.model.transformer import Transformer
+from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.viz.first_taste import show_piece
 
 DEFAULT_TEXT = "When will it rain in Mumbai?"

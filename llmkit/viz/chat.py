@@ -19,7 +19,7 @@ import html
 from collections.abc import Sequence
 from itertools import accumulate
 
-from llmkit.chat_template import Rendered
+from llmkit.chat.template import Rendered
 from llmkit.viz.first_taste import show_piece
 from llmkit.viz.trace import RequestRow, median_time_to_first_token
 
@@ -113,7 +113,7 @@ def conversation_explorer(tokenizer, *, kind: str = "weather", index: int = 0, s
     """
     import ipywidgets as widgets  # imported here so `import llmkit` never needs ipywidgets
 
-    from llmkit.conversations import KINDS, make_conversations
+    from llmkit.course.conversations import KINDS, make_conversations
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {list(KINDS)}, got {kind!r}")

@@ -1,6 +1,6 @@
 """Notebook 02's pictures: token vectors, their neighbours, a 2-D map, positions, image patches.
 
-The numbers come from ``llmkit.embeddings`` and the model; these functions only format and draw
+The numbers come from ``llmkit.model.embeddings`` and the model; these functions only format and draw
 them. Each plot returns its matplotlib figure (titled, axes labelled); the widget returns an
 ipywidgets box whose contents are redrawn when the text box changes.
 """
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from llmkit.embeddings import nearest_neighbours, word_token_ids
-from llmkit.model import rope_tables
-from llmkit.tokenizer import Tokenizer
+from llmkit.model.embeddings import nearest_neighbours, word_token_ids
+from llmkit.model.transformer import rope_tables
+from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.viz.first_taste import show_piece
 
 DEFAULT_WORD = " king"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from llmkit.cl100k import get_cl100k
+from llmkit.tokens.cl100k import get_cl100k
 
 DEFAULT_TEXT = "When will it rain in Mumbai?"
 # Pale colours so neighbouring tokens are easy to tell apart; black text stays readable on each.

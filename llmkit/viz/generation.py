@@ -1,7 +1,7 @@
 """Notebook 05's pictures: the loop step by step, where its time goes, and what caching saves.
 
-``generation_stepper`` replays one real ``llmkit.generate`` run a step at a time (context ->
-distribution -> chosen token appended). The plots draw what ``llmkit.profiling`` measured; each
+``generation_stepper`` replays one real ``llmkit.generation.generate`` run a step at a time (context ->
+distribution -> chosen token appended). The plots draw what ``llmkit.course.profiling`` measured; each
 has a title and labelled axes. ``step_view`` returns plain data, testable without a display.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from llmkit.generate import generate
-from llmkit.model import Transformer
-from llmkit.profiling import ContextCost, ReadCost, Turn
-from llmkit.sampling import SamplingParams, process_logits
+from llmkit.generation.generate import generate
+from llmkit.model.transformer import Transformer
+from llmkit.course.profiling import ContextCost, ReadCost, Turn
+from llmkit.generation.sampling import SamplingParams, process_logits
 from llmkit.viz.sampling import picture_slider, token_text
 
 

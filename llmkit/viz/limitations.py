@@ -6,16 +6,16 @@ result against one carrying an injection, say), so a rate is seen next to its ba
 ``approval_prompt`` is the human in the loop for one pending tool call: it shows the call, a
 Deny / Allow choice (Deny first: a harness that is not sure does not act), and the
 ``tool_result`` the harness sends back for the current choice, re-run through
-``llmkit.tools.run_tool_call`` whenever the choice changes. Its ``decide`` method is an
-``llmkit.tools.Approve`` hook that answers with the current choice, so the same widget can
+``llmkit.chat.tools.run_tool_call`` whenever the choice changes. Its ``decide`` method is an
+``llmkit.chat.tools.Approve`` hook that answers with the current choice, so the same widget can
 approve a call made later by ``run_agent``. A notebook cell cannot wait for a click while it
 runs, so code that must run unattended passes a scripted hook instead. The widget also carries a
 plain HTML copy of itself, which a viewer without a live kernel shows.
 
 ``mask_walk`` and ``plot_allowed_tokens`` show constrained decoding from the inside: how many
-tokens ``llmkit.constrained.ToolCallConstraint`` leaves the model at each step of one tool call.
+tokens ``llmkit.chat.constrained.ToolCallConstraint`` leaves the model at each step of one tool call.
 ``read_tool_call_validity`` reads the committed measurement of invalid calls with the constraint
-off and on (``python -m llmkit.evals --tool-call-validity``), and ``plot_tool_call_validity``
+off and on (``python -m llmkit evals --tool-call-validity``), and ``plot_tool_call_validity``
 draws it, one stacked bar per setting, split by why the call could not be run.
 """
 from __future__ import annotations
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from llmkit.chat_template import marker_ids
-from llmkit.constrained import ToolCallConstraint
+from llmkit.chat.template import marker_ids
+from llmkit.chat.constrained import ToolCallConstraint
 from llmkit.paths import data_path
-from llmkit.tools import Tool, run_tool_call
+from llmkit.chat.tools import Tool, run_tool_call
 
 DECISIONS = ("deny", "allow")
 OUTCOME_COLOURS = ("tab:green", "tab:red", "tab:grey", "tab:orange", "tab:purple", "tab:brown")
@@ -219,14 +219,14 @@ def plot_allowed_tokens(steps: Sequence[MaskStep], *, vocab_size: int,
 def read_tool_call_validity(path: str | Path | None = None) -> dict:
     """The committed measurement of invalid tool calls (default
     ``data/models/chat/tool_call_validity.json``): the ``command`` that made it and its ``rows``,
-    one per temperature and constraint setting (``llmkit.evals.tool_call_validity_table``)."""
+    one per temperature and constraint setting (``llmkit.course.evals.tool_call_validity_table``)."""
     path = Path(path) if path is not None else data_path("models", "chat", "tool_call_validity.json")
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist; make it with python -m llmkit.evals --model chat "
+        raise FileNotFoundError(f"{path} does not exist; make it with python -m llmkit evals --model chat "
                                 f"--tool-call-validity > {path.name}")
     measured = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(measured, dict) or "rows" not in measured:
-        raise ValueError(f"{path} holds no 'rows'; make it again with python -m llmkit.evals --tool-call-validity")
+        raise ValueError(f"{path} holds no 'rows'; make it again with python -m llmkit evals --tool-call-validity")
     _check_validity_rows(measured["rows"])
     return measured
 
@@ -234,7 +234,7 @@ def read_tool_call_validity(path: str | Path | None = None) -> dict:
 def _check_validity_rows(rows: Sequence[Mapping]) -> None:
     needed = {"constrained", "temperature", "invalid_rate", "by_reason"}
     if not rows or any(not needed <= set(row) for row in rows):
-        raise ValueError(f"pass the rows of llmkit.evals.tool_call_validity_table, each with {sorted(needed)}")
+        raise ValueError(f"pass the rows of llmkit.course.evals.tool_call_validity_table, each with {sorted(needed)}")
 
 
 def validity_table(rows: Sequence[Mapping]) -> list[dict]:

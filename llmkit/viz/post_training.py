@@ -19,13 +19,13 @@ from typing import Mapping, Sequence
 
 import torch
 
-from llmkit.chat_template import render, stop_tokens
-from llmkit.conversations import STRAWBERRY_FORMATS, Preference
-from llmkit.finetune import answer_logprobs, preference_batch
-from llmkit.generate import generate
-from llmkit.model import Transformer
+from llmkit.chat.template import render, stop_tokens
+from llmkit.course.conversations import STRAWBERRY_FORMATS, Preference
+from llmkit.training.finetune import answer_logprobs, preference_batch
+from llmkit.generation.generate import generate
+from llmkit.model.transformer import Transformer
 from llmkit.paths import data_path
-from llmkit.train import read_log
+from llmkit.training.train import read_log
 
 EVAL_METRICS = ("tool_call_valid", "tool_args_exact", "answer_consistent", "memory", "no_invention",
                 "mean_output_tokens")
@@ -125,7 +125,7 @@ def stage_logs(folder: str | Path | None = None, stage: str = "sft") -> list[tup
             found.append((int(match.group(1) or 1), path))
     if not found:
         raise FileNotFoundError(f"no {stage}_log.jsonl (or {stage}2_log.jsonl, ...) in {folder}; "
-                                f"run `python -m llmkit.finetune {stage} --config ...` first")
+                                f"run `python -m llmkit finetune {stage} --config ...` first")
     return [(f"{stage} stage {number}", read_log(path)) for number, path in sorted(found)]
 
 
@@ -191,7 +191,7 @@ def pair_rewards(policy: Transformer, reference: Transformer, tokenizer, pairs: 
     with policy = reference every margin is exactly 0.
     """
     if not pairs:
-        raise ValueError("pairs is empty; pass some llmkit.conversations.make_preferences(...) pairs")
+        raise ValueError("pairs is empty; pass some llmkit.course.conversations.make_preferences(...) pairs")
     batch = preference_batch(pairs, tokenizer, policy.config.context_length).to(policy.device)
     scores = {}
     for name, model in (("policy", policy), ("reference", reference)):

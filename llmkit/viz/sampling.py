@@ -1,6 +1,6 @@
 """Notebook 04's pictures: the next-token distribution, each sampling stage, and counted samples.
 
-``llmkit.sampling.stage_probabilities`` computes the distribution after every stage; the plots
+``llmkit.generation.sampling.stage_probabilities`` computes the distribution after every stage; the plots
 here draw it (titled, axes labelled) and ``sampling_explorer`` is the widget that redraws it when
 a temperature, top-k, top-p or min-p slider moves. ``survivors`` returns plain data, testable
 without a display.
@@ -13,7 +13,7 @@ from collections import Counter
 
 import torch
 
-from llmkit.sampling import SamplingParams, stage_probabilities
+from llmkit.generation.sampling import SamplingParams, stage_probabilities
 from llmkit.viz.first_taste import show_piece
 
 #: The stages the widget shows; the repetition penalty has no slider (it needs a history).

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping
 
-from llmkit.tokenizer import Tokenizer
+from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.viz.first_taste import TOKEN_COLOURS, show_piece
 
 DEFAULT_TEXT = "A capybara ate my strawberry"

@@ -1,4 +1,4 @@
-"""Notebook pictures of a ``llmkit.trace.Trace``: where the time and the money of a request went.
+"""Notebook pictures of a ``llmkit.chat.trace.Trace``: where the time and the money of a request went.
 
 Plain data first (testable without a display): ``timeline_rows`` (one row per timed event),
 ``request_rows`` (one ``RequestRow`` per request: its prompt by part, tokens, stop reason,
@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmkit.trace import Bill, Event, Trace
+from llmkit.chat.trace import Bill, Event, Trace
 
 LANES = {"prefill": "prefill (reading the prompt)", "answer": "decode (writing the reply)",
          "tool_call": "tool run (the harness)"}

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from llmkit.model import ModelConfig, Transformer
+from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
 
 CONFIG_FILE = "config.json"
@@ -248,7 +248,7 @@ def _take_head(config: ModelConfig, hf: dict[str, torch.Tensor], ours: dict[str,
 def load_model(name_or_dir: str | Path = "base", device: torch.device | str | None = None) -> tuple[Transformer, Any]:
     """``(model, tokenizer)`` for a shipped model ("base", "chat": ``data/models/<name>/``) or any
     folder holding ``config.json``, ``model.safetensors`` and ``tokenizer.json``."""
-    from llmkit.tokenizer import Tokenizer  # floor 1, but only needed here
+    from llmkit.tokens.tokenizer import Tokenizer  # floor 1, but only needed here
 
     path = Path(name_or_dir)
     if path.is_dir():

@@ -4,12 +4,12 @@ A trained model usually writes a well-formed call, but "usually" is a probabilit
 temperature, or in a small model, it sometimes writes broken JSON, a tool that was not offered, or
 an argument of the wrong type. Constrained decoding takes the chance away instead of hoping: before
 each token of a call is drawn, every token that could not continue a valid call gets a logit of
-minus infinity (``llmkit.generate``'s ``constraint=``). Softmax gives those probability 0, and the
+minus infinity (``llmkit.generation.generate``'s ``constraint=``). Softmax gives those probability 0, and the
 model picks among the tokens that keep the call valid, in its own proportions.
 
 How a step decides which tokens are allowed:
 
-1. A call is the JSON ``{"name": ..., "input": {...}}`` exactly as ``llmkit.chat_template`` writes it
+1. A call is the JSON ``{"name": ..., "input": {...}}`` exactly as ``llmkit.chat.template`` writes it
    (``json.dumps``: ", " and ": " between items, keys in quotes, non-ASCII text as it is). A small
    automaton built from the offered tools' schemas reads it byte by byte. Its pieces are one class
    each: a choice among fixed byte strings (a tool's opening, a key, an enum value, true/false),
@@ -36,8 +36,8 @@ from typing import Any, Hashable, Iterable
 
 import torch
 
-from llmkit.chat_template import marker_ids
-from llmkit.tools import ArgumentValidator
+from llmkit.chat.template import marker_ids
+from llmkit.chat.tools import ArgumentValidator
 
 State = Hashable
 _BYTE = [bytes((b,)) for b in range(256)]
@@ -471,7 +471,7 @@ def _grammar(tokenizer, definitions: list[dict]) -> CallGrammar:
 
 
 def tool_definitions(tools) -> list[dict]:
-    """``tools`` (``llmkit.tools.Tool`` objects or ``{"name", "input_schema", ...}`` dicts) as dicts."""
+    """``tools`` (``llmkit.chat.tools.Tool`` objects or ``{"name", "input_schema", ...}`` dicts) as dicts."""
     if tools is None:
         return []
     if isinstance(tools, (dict, str)) or not isinstance(tools, Iterable):
@@ -492,7 +492,7 @@ def tool_definitions(tools) -> list[dict]:
 
 # --------------------------------------------------------------------------------------- the constraint
 class ToolCallConstraint:
-    """A ``llmkit.sampling.TokenConstraint`` that keeps every tool call valid for ``tools``.
+    """A ``llmkit.generation.sampling.TokenConstraint`` that keeps every tool call valid for ``tools``.
 
     It follows the assistant's turn as ``parse_assistant`` reads it: text, thinking blocks (where
     ``<|tool_call|>`` is only a stray marker), and tool calls. Inside a call it allows only the

@@ -1,18 +1,18 @@
 """The loop: how a model that predicts one next token writes a whole answer.
 
     prefill   read the whole prompt in one forward pass: every position in parallel, cheap per token
-    decode    choose a token (llmkit.sampling), append it, run the model on it; one pass per token
+    decode    choose a token (llmkit.generation.sampling), append it, run the model on it; one pass per token
     stop      a stop token ("end_turn"), a tool-call end ("tool_use"), a stop sequence in the text
               ("stop_sequence"), the token budget ("max_tokens"), or a full context ("context_window")
 
-The KV cache (llmkit.kvcache) keeps every earlier token's keys and values, so a decode step only
+The KV cache (llmkit.model.kvcache) keeps every earlier token's keys and values, so a decode step only
 computes the new token's; ``use_cache=False`` recomputes the whole sequence at every step, for
-comparison. ``PrefixCache`` (llmkit.prefix_cache) carries the same idea across requests (prompt caching): a request that
+comparison. ``PrefixCache`` (llmkit.generation.prefix_cache) carries the same idea across requests (prompt caching): a request that
 starts with tokens seen before copies their keys and values instead of recomputing them.
 
-Two options rule tokens out before each draw (``llmkit.sampling.mask_tokens``): ``suppress_tokens``
+Two options rule tokens out before each draw (``llmkit.generation.sampling.mask_tokens``): ``suppress_tokens``
 never lets some ids be drawn (the client bans the thinking markers this way), and ``constraint``
-asks a ``TokenConstraint`` at every step which tokens may come next (``llmkit.constrained`` keeps
+asks a ``TokenConstraint`` at every step which tokens may come next (``llmkit.chat.constrained`` keeps
 a tool call valid JSON for its schema). Neither costs anything when it is not used.
 
 ``generate`` returns a finished ``Generation``; ``stream`` yields each token as it is made.
@@ -27,10 +27,10 @@ from typing import Callable, ClassVar, Collection, Iterable, Iterator, Sequence
 
 import torch
 
-from llmkit.kvcache import KVCache
-from llmkit.model import Transformer
-from llmkit.prefix_cache import PrefixCache, PrefixCacheStats  # noqa: F401 (re-exported: llmkit.generate.PrefixCache)
-from llmkit.sampling import GREEDY, SamplingParams, TokenConstraint, make_generator, mask_tokens, sample_batch
+from llmkit.model.kvcache import KVCache
+from llmkit.model.transformer import Transformer
+from llmkit.generation.prefix_cache import PrefixCache, PrefixCacheStats  # noqa: F401 (re-exported: llmkit.generation.generate.PrefixCache)
+from llmkit.generation.sampling import GREEDY, SamplingParams, TokenConstraint, make_generator, mask_tokens, sample_batch
 
 STOP_REASONS = ("end_turn", "max_tokens", "stop_sequence", "tool_use", "context_window")
 
@@ -164,7 +164,7 @@ def stream(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_
     keep_logits: keep each step's raw logits in ``Completion.logits`` (the model's own scores, before
         ``suppress_tokens`` and ``constraint`` rule any out).
     suppress_tokens: ids that are never drawn (their logits become -inf before sampling).
-    constraint: a function returning a fresh ``llmkit.sampling.TokenConstraint``, called once per
+    constraint: a function returning a fresh ``llmkit.generation.sampling.TokenConstraint``, called once per
         sample (each continuation keeps its own state), e.g.
         ``functools.partial(ToolCallConstraint, tokenizer, tools)``; the tokens it does not allow
         are never drawn.
@@ -208,7 +208,7 @@ def stream(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_
 def next_token_logits(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """The model's scores for the token after ``prompt_ids``: one forward pass, shape (vocab,).
 
-    Pair it with ``llmkit.sampling.stage_probabilities`` to see what each sampling stage does."""
+    Pair it with ``llmkit.generation.sampling.stage_probabilities`` to see what each sampling stage does."""
     prompt = _check_prompt(model, prompt_ids)
     with torch.inference_mode():
         ids = torch.tensor([prompt], device=model.device)

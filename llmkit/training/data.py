@@ -93,7 +93,7 @@ def load_tokens(
     The cache file is named after a hash of both files, so editing either one re-tokenises
     instead of silently reusing stale ids. ``cache_dir=None`` turns the cache off.
     """
-    from llmkit.tokenizer import Tokenizer  # floor 1; imported here to keep data.py light
+    from llmkit.tokens.tokenizer import Tokenizer  # floor 1; imported here to keep data.py light
 
     corpus_path, tokenizer_path = Path(corpus_path), Path(tokenizer_path)
     text = read_corpus(corpus_path)

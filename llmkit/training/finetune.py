@@ -1,10 +1,10 @@
 """Fine-tuning: turn the base model into a chat assistant (SFT), then nudge its preferences (DPO).
 
-Both stages reuse the pretraining loop of ``llmkit.train`` unchanged (``fit``, the optimizer, the
+Both stages reuse the pretraining loop of ``llmkit.training.train`` unchanged (``fit``, the optimizer, the
 learning-rate schedule, checkpoints, the log); only the data and the loss are new.
 
 **Supervised fine-tuning (SFT).** The base model has only read Shakespeare. SFT shows it synthetic
-conversations (``llmkit.conversations``) rendered with the chat template, and trains it to predict
+conversations (``llmkit.course.conversations``) rendered with the chat template, and trains it to predict
 *the assistant's tokens only*: thinking, text, tool calls and ``<|end_turn|>``. The template's mask
 marks them. The user's words, the system prompt, tool definitions and tool results are read but
 never supervised: we want a model that answers questions, not one that writes them. Conversations
@@ -25,9 +25,9 @@ the loss is ln 2; the *implicit reward accuracy* is how often reward(chosen) > r
 **Invented entities.** The synthetic data has few cities, names and words; a small model
 memorises them instead of learning to copy. ``fresh_entities`` swaps some for invented ones.
 
-    python -m llmkit.finetune sft --config data/models/chat/sft_config.json
-    python -m llmkit.finetune sft --config data/models/chat/sft2_config.json
-    python -m llmkit.finetune dpo --config data/models/chat/dpo_config.json
+    python -m llmkit finetune sft --config data/models/chat/sft_config.json
+    python -m llmkit finetune sft --config data/models/chat/sft2_config.json
+    python -m llmkit finetune dpo --config data/models/chat/dpo_config.json
 """
 from __future__ import annotations
 
@@ -47,16 +47,16 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from llmkit.chat_template import marker_ids
-from llmkit.conversations import (CITIES, NAMES, SYLLABLES, WEATHER_QUESTIONS, WEATHER_THINKING, Conversation, Preference,
+from llmkit.chat.template import marker_ids
+from llmkit.course.conversations import (CITIES, NAMES, SYLLABLES, WEATHER_QUESTIONS, WEATHER_THINKING, Conversation, Preference,
                                   as_react, letters_conversation, make_conversations, make_preferences, pick_letter,
                                   repeat_conversation, strawberry_task, strawberry_tasks, weather_conversation, words)
-from llmkit.data import Batch
-from llmkit.model import ModelConfig, Transformer
+from llmkit.training.data import Batch
+from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
-from llmkit.train import (Processes, TrainConfig, TrainingLog, fit, lm_loss, load_checkpoint, make_optimizer,
+from llmkit.training.train import (Processes, TrainConfig, TrainingLog, fit, lm_loss, load_checkpoint, make_optimizer,
                           read_log, resolve_device, save_checkpoint)
-from llmkit.weights import load_model
+from llmkit.model.weights import load_model
 
 
 @dataclass
@@ -329,7 +329,7 @@ def preference_batch(pairs: Sequence[Preference], tokenizer, context_length: int
 
 
 class DPOObjective:
-    """DPO as a ``(batch_at, loss_fn)`` pair for ``llmkit.train.fit``.
+    """DPO as a ``(batch_at, loss_fn)`` pair for ``llmkit.training.train.fit``.
 
     ``batch_at`` builds the step's pairs and scores them once with the frozen reference (no
     gradient); ``loss_fn`` then compares the policy's log-probabilities against those scores.
@@ -501,7 +501,7 @@ def finetune(stage: str, cfg: FinetuneConfig, *, resume: bool = False, stop_afte
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m llmkit.finetune",
+    parser = argparse.ArgumentParser(prog="python -m llmkit finetune",
                                      description="Fine-tune a model: SFT on conversations, or DPO on preference pairs.")
     parser.add_argument("stage", choices=["sft", "dpo"])
     parser.add_argument("--config", required=True, help="a JSON file of FinetuneConfig keys")
@@ -525,7 +525,3 @@ def main(argv: list[str] | None = None) -> None:
     evals = [r for r in read_log(Path(cfg.out_dir) / "train_log.jsonl") if r["kind"] == "eval"]
     if evals:
         print(json.dumps(evals[-1]), f"{(time.perf_counter() - started) / 60:.1f} min")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,10 @@
 """Held-out evaluations of a chat model: does it call tools right, answer from their results,
 remember the history, and refuse to invent what it cannot know?
 
-Each held-out conversation (``llmkit.conversations``, cities, names, words and numbers the model
+Each held-out conversation (``llmkit.course.conversations``, cities, names, words and numbers the model
 never trained on) is replayed the way a harness would run it: render the prompt, generate the
 assistant's turn greedily, and when it stops with ``tool_use`` run the real tool
-(``llmkit.tools.run_tool_call``), append the result and generate again, until the model ends its
+(``llmkit.chat.tools.run_tool_call``), append the result and generate again, until the model ends its
 turn. The transcript is then scored with four plain functions, one per question:
 
 - ``tool_call_valid``: the first call names the expected tool and its arguments parse and
@@ -19,12 +19,12 @@ turn. The transcript is then scored with four plain functions, one per question:
 ``--kinds repeat`` adds a probe that is not one of the four: ``repeat_exact``, the list of 3-6
 held-out words said back exactly (copying, the skill the memory answer rests on).
 
-    python -m llmkit.evals --model data/models/chat --json
+    python -m llmkit evals --model data/models/chat --json
 
 ``tool_call_validity`` samples instead of decoding greedily, and counts how often the first tool
-call cannot be run, with constrained decoding (``llmkit.constrained``) off and on:
+call cannot be run, with constrained decoding (``llmkit.chat.constrained``) off and on:
 
-    python -m llmkit.evals --model chat --tool-call-validity > data/models/chat/tool_call_validity.json
+    python -m llmkit evals --model chat --tool-call-validity > data/models/chat/tool_call_validity.json
 """
 from __future__ import annotations
 
@@ -38,14 +38,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from llmkit.chat_template import parse_assistant, render, stop_tokens
-from llmkit.constrained import ToolCallConstraint
-from llmkit.conversations import UMBRELLA_FROM_PERCENT, Conversation, make_conversations
-from llmkit.generate import generate
-from llmkit.model import Transformer
-from llmkit.react import STOP_SEQUENCE, ParseFailure, parse_action
-from llmkit.sampling import SamplingParams
-from llmkit.tools import EXAMPLE_TOOLS, ToolArgumentsError, tools_by_name, validate_arguments, run_tool_call
+from llmkit.chat.template import parse_assistant, render, stop_tokens
+from llmkit.chat.constrained import ToolCallConstraint
+from llmkit.course.conversations import UMBRELLA_FROM_PERCENT, Conversation, make_conversations
+from llmkit.generation.generate import generate
+from llmkit.model.transformer import Transformer
+from llmkit.course.react import STOP_SEQUENCE, TEMPERATURES, ParseFailure, parse_action
+from llmkit.generation.sampling import SamplingParams
+from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments, run_tool_call
+from llmkit.course.tools import EXAMPLE_TOOLS
 
 TOOL_KINDS = ("weather", "letters", "arithmetic")
 EVAL_KINDS = (*TOOL_KINDS, "memory", "no_tool")
@@ -224,7 +225,7 @@ def evaluate(model: Transformer, tokenizer, *, limit: int = 24, seed: int = 0, k
 # ------------------------------------------------------------------------------------------ ReAct
 def react_parse_failures(model: Transformer, tokenizer, *, temperature: float, n: int = 48, seed: int = 0,
                          max_new_tokens: int = 64, examples: list | None = None) -> dict:
-    """How often the model's first ReAct step can't be run, and why (the legacy text protocol, ``llmkit.react``).
+    """How often the model's first ReAct step can't be run, and why (the legacy text protocol, ``llmkit.course.react``).
 
     For ``n`` held-out ``react`` conversations the model writes its first turn after the question,
     sampled at ``temperature`` (seeded), until the stop sequence "Observation:" or the end of its
@@ -232,7 +233,7 @@ def react_parse_failures(model: Transformer, tokenizer, *, temperature: float, n
     is the fraction of replies that failed for each ``ParseFailure``: they add up to
     ``parse_failure_rate``. ``examples`` (a list) collects each reply with its verdict.
 
-        python -m llmkit.react --model chat --json
+        python -m llmkit react --model chat --json
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a whole number of conversations (1 or more), got {n!r}")
@@ -302,7 +303,7 @@ def tool_call_validity(model: Transformer, tokenizer, *, constrained: bool, temp
     With ``constrained`` every call is decoded under ``ToolCallConstraint``: only a call cut off by
     the full context window can still be invalid ("unfinished").
 
-        python -m llmkit.evals --model chat --tool-call-validity
+        python -m llmkit evals --model chat --tool-call-validity
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a whole number of conversations (1 or more), got {n!r}")
@@ -339,7 +340,7 @@ def tool_call_validity_table(model: Transformer, tokenizer, *, n: int = 48, seed
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m llmkit.evals",
+    parser = argparse.ArgumentParser(prog="python -m llmkit evals",
                                      description="Held-out evaluation of a chat model (greedy, real tools).")
     parser.add_argument("--limit", type=int, default=24, help="held-out conversations per kind (default 24)")
     parser.add_argument("--seed", type=int, default=0, help="which held-out conversations (default 0)")
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="instead, print (JSON) how often sampled tool calls are invalid, constrained decoding "
                              f"off and on, at temperatures {', '.join(map(str, VALIDITY_TEMPERATURES))}")
     parser.add_argument("--n", type=int, default=48, help="conversations per setting for --tool-call-validity")
-    from llmkit.weights import add_model_arguments, load_model_from_arguments  # floor 3
+    from llmkit.model.weights import add_model_arguments, load_model_from_arguments
 
     add_model_arguments(parser)
     args = parser.parse_args(argv)
@@ -362,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.n < 1:
             parser.error("--n must be at least 1")
         rows = tool_call_validity_table(model, tokenizer, n=args.n, seed=args.seed)
-        command = f"python -m llmkit.evals --model {args.model} --tool-call-validity --n {args.n} --seed {args.seed}"
+        command = f"python -m llmkit evals --model {args.model} --tool-call-validity --n {args.n} --seed {args.seed}"
         print(json.dumps({"command": command, "model": args.model, "rows": rows}, indent=1))
         return
     examples: list | None = [] if args.examples else None
@@ -378,5 +379,27 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{key:>22}  {value}", file=sys.stdout)
 
 
-if __name__ == "__main__":
-    main()
+def react_main(argv: list[str] | None = None) -> None:
+    """``python -m llmkit react``: the parse-failure rate of ReAct steps at each temperature."""
+    parser = argparse.ArgumentParser(prog="python -m llmkit react",
+                                     description="How often a chat model's ReAct Action cannot be parsed, by reason.")
+    parser.add_argument("--n", type=int, default=48, help="held-out questions per temperature (default 48)")
+    parser.add_argument("--seed", type=int, default=0, help="which questions, and the sampling seed (default 0)")
+    parser.add_argument("--temperatures", type=float, nargs="+", default=list(TEMPERATURES))
+    parser.add_argument("--json", action="store_true", help="print one JSON object (else a short table)")
+    from llmkit.model.weights import add_model_arguments, load_model_from_arguments
+
+    add_model_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.n < 1:
+        parser.error("--n must be at least 1")
+    model, tokenizer = load_model_from_arguments(args)
+    runs = [react_parse_failures(model, tokenizer, temperature=t, n=args.n, seed=args.seed) for t in args.temperatures]
+    if args.json:
+        print(json.dumps({"model": args.model, "runs": runs}))
+        return
+    reasons = [reason.value for reason in ParseFailure]
+    print(f"{'temperature':>11}  {'failed':>6}  " + "  ".join(reasons))
+    for run in runs:
+        cells = "  ".join(f"{run['by_reason'][r]:>{len(r)}.2f}" for r in reasons)
+        print(f"{run['temperature']:>11}  {run['parse_failure_rate']:>6.2f}  {cells}")

@@ -13,13 +13,13 @@ behaviours we want, each one small enough to fit the course model's 256-token co
 - no_tool:    a question that needs a tool nobody offered, answered "I can't know" (no invented number)
 - search:     "What is the monsoon like in Pune?" -> call the server tool web_search -> answer with
               the top hit's snippet (not in KINDS: ask for it by name)
-- react:      a weather, letters or arithmetic task in the legacy ReAct text protocol (``llmkit.react``):
+- react:      a weather, letters or arithmetic task in the legacy ReAct text protocol (``llmkit.course.react``):
               "Thought: ...\nAction: tool(...)", then "Observation: <result>", then "Answer: ..."
               (not in KINDS either: ask for it by name)
 - repeat:     "Repeat after me: Anya Warsaw giraffe" -> the same words back (not in KINDS: practice at
               copying from the context, the skill the memory answer needs; ask for it by name)
 
-Every tool result is computed by the real tool (``llmkit.tools.run_tool_call``), so an answer
+Every tool result is computed by the real tool (``llmkit.chat.tools.run_tool_call``), so an answer
 always agrees with what the harness would send. Umbrella rule: take one when the chance of rain
 is 50% or more.
 
@@ -39,10 +39,11 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from llmkit.chat_template import Rendered, render
-from llmkit.react import OBSERVATION, format_answer, format_observation, format_step, react_instructions
-from llmkit.search import course_index
-from llmkit.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, run_tool_call, web_search
+from llmkit.chat.template import Rendered, render
+from llmkit.course.react import OBSERVATION, format_answer, format_observation, format_step, react_instructions
+from llmkit.course.search import course_index
+from llmkit.chat.tools import run_tool_call
+from llmkit.course.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, web_search
 
 SPLITS = ("train", "heldout")
 KINDS = ("weather", "letters", "arithmetic", "memory", "direct", "no_tool")
@@ -390,7 +391,7 @@ REACT_WEATHER_QUESTIONS = tuple(q for q in WEATHER_QUESTIONS if "Should I take a
 
 
 def as_react(conversation: Conversation) -> Conversation:
-    """The same tool conversation in the legacy ReAct text protocol (``llmkit.react``).
+    """The same tool conversation in the legacy ReAct text protocol (``llmkit.course.react``).
 
     The system prompt lists, as text, the tools the structured version offered (weather questions
     get get_weather alone, as there: its result is long); no structured tools are offered. The
@@ -427,7 +428,7 @@ def make_conversations(n: int, *, split: str = "train", seed: int = 0, kinds=Non
     """``n`` conversations of ``split``, the kinds taking turns (``kinds`` defaults to all of ``KINDS``).
 
     The turns start at the first kind: with ``n`` smaller than ``len(kinds)``, the last kinds do
-    not appear (``llmkit.finetune`` rotates the list per step for that reason)."""
+    not appear (``llmkit.training.finetune`` rotates the list per step for that reason)."""
     kinds = _check_kinds(kinds)
     rng = random.Random(f"llmkit-conversations|{_check_split(split)}|{seed}")
     return [BUILDERS[kinds[i % len(kinds)]](rng, split) for i in range(_check_count(n))]

@@ -16,8 +16,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from llmkit.model import apply_rope, rope_tables
-from llmkit.tokenizer import Tokenizer
+from llmkit.model.transformer import apply_rope, rope_tables
+from llmkit.tokens.tokenizer import Tokenizer
 
 
 # --- token vectors -------------------------------------------------------------------------------

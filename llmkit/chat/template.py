@@ -27,7 +27,7 @@ The rules, in order:
   ``<|end_tool_result|>`` (an error result's content starts with ``Error: ``). After the result
   the assistant continues in a *new* message with its own ``<|assistant|>`` header, exactly as
   the Messages API stores it (the result travels in a user message, the reply is a new message).
-- A *server tool* (``llmkit.tools.Tool.server``, e.g. ``web_search``) is run by the client inside
+- A *server tool* (``llmkit.chat.tools.Tool.server``, e.g. ``web_search``) is run by the client inside
   the request, so its call and result stay in the assistant's message, as ``server_tool_use`` and
   ``server_tool_result`` blocks. They render as exactly the tokens of a tool call, its result and
   a new ``<|assistant|>`` header: the model (and the prefix cache, and training) sees one format
@@ -105,7 +105,7 @@ class Rendered:
 
 class StopTokens(NamedTuple):
     """Ids that end an assistant turn: pass ``end_turn`` as ``stop_tokens`` and ``tool_use`` as
-    ``tool_stop_tokens`` to ``llmkit.generate``. ``<|endoftext|>`` also ends a turn: it is what a
+    ``tool_stop_tokens`` to ``llmkit.generation.generate``. ``<|endoftext|>`` also ends a turn: it is what a
     base model writes when a document ends."""
 
     end_turn: tuple[int, ...]
@@ -119,7 +119,7 @@ def marker_ids(tokenizer) -> dict[str, int]:
     if missing:
         raise ValueError(
             f"this tokenizer has no chat markers {missing}; use the course tokenizer "
-            f"(data/models/base/tokenizer.json) or train one with llmkit.tokenizer.COURSE_SPECIAL_TOKENS"
+            f"(data/models/base/tokenizer.json) or train one with llmkit.tokens.tokenizer.COURSE_SPECIAL_TOKENS"
         )
     return {name: special[text] for name, text in MARKERS.items()}
 
@@ -237,7 +237,7 @@ def render(tokenizer, messages: list[dict], *, tools=None, system: str | None = 
     """Render a conversation as ids plus a loss mask (see the module docstring for the layout).
 
     ``messages`` are ``{"role": "user" | "assistant", "content": str | [blocks]}``; ``tools`` are
-    ``llmkit.tools.Tool`` objects or their definitions. With ``add_generation_prompt`` the row
+    ``llmkit.chat.tools.Tool`` objects or their definitions. With ``add_generation_prompt`` the row
     ends with ``<|assistant|>`` so the model writes the next turn; if the last message is the
     assistant's, it is left open instead (a *prefill* the model continues). For training, pass
     ``add_generation_prompt=False``: every assistant message is closed.

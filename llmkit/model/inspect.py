@@ -18,7 +18,7 @@ from typing import Iterator
 
 import torch
 
-from llmkit.model import Transformer
+from llmkit.model.transformer import Transformer
 
 
 @dataclass

@@ -17,8 +17,8 @@ direction that lowers that surprise (AdamW). Everything else in this file is car
 The loop (``fit``) takes a function that returns the batch for a step and a loss over
 ``(logits, targets, mask)``, so fine-tuning (a mask on the assistant's tokens) reuses it unchanged.
 
-    python -m llmkit.train --config data/models/base/train_config.json
-    torchrun --nproc_per_node=2 -m llmkit.train --config my_config.json
+    python -m llmkit train --config data/models/base/train_config.json
+    torchrun --nproc_per_node=2 -m llmkit.training.train --config my_config.json
 """
 from __future__ import annotations
 
@@ -41,11 +41,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from llmkit.data import Batch, TokenizedText, load_tokens, random_batch, sequential_batches
-from llmkit.generate import generate
-from llmkit.model import ModelConfig, Transformer
-from llmkit.sampling import SamplingParams
-from llmkit.tokenizer import Tokenizer
+from llmkit.training.data import Batch, TokenizedText, load_tokens, random_batch, sequential_batches
+from llmkit.generation.generate import generate
+from llmkit.model.transformer import ModelConfig, Transformer
+from llmkit.generation.sampling import SamplingParams
+from llmkit.tokens.tokenizer import Tokenizer
 
 
 @dataclass
@@ -478,7 +478,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m llmkit.train",
+    parser = argparse.ArgumentParser(prog="python -m llmkit train",
                                      description="Pretrain a Transformer on a text corpus.")
     parser.add_argument("--config", required=True, help="a JSON file of TrainConfig keys")
     parser.add_argument("--resume", action="store_true", help="continue from <out_dir>/checkpoint")
@@ -499,7 +499,3 @@ def main(argv: list[str] | None = None) -> None:
     if evals:
         print(f"step {evals[-1]['step']}: held-out {evals[-1]['heldout_loss']:.3f} nats/token, "
               f"{evals[-1]['heldout_bpb']:.3f} bits/byte; {(time.perf_counter() - started) / 60:.1f} min")
-
-
-if __name__ == "__main__":
-    main()

@@ -11,7 +11,7 @@ be shown one at a time (``stage_probabilities``). Filters remove a token by sett
 
 Some tokens can be ruled out before any of that: ``mask_tokens`` gives every token that is not
 allowed a logit of -inf, so the stages only ever share probability among the allowed ones. A
-``TokenConstraint`` decides which tokens are allowed, step by step (``llmkit.constrained`` keeps
+``TokenConstraint`` decides which tokens are allowed, step by step (``llmkit.chat.constrained`` keeps
 a tool call valid JSON for its schema).
 
 Temperature 0 means greedy: always the most likely token, no randomness. Every random draw takes
@@ -88,7 +88,7 @@ class TokenConstraint(Protocol):
     ``allowed()`` is asked before each draw: a bool tensor over the vocabulary (True: may be drawn),
     or None for "no restriction right now", which costs nothing. ``advance(token)`` is then told the
     token that was drawn, so the constraint can move on. It keeps state, so each continuation needs
-    its own: ``llmkit.generate`` takes a function that makes a fresh one.
+    its own: ``llmkit.generation.generate`` takes a function that makes a fresh one.
     """
 
     def allowed(self) -> torch.Tensor | None: ...

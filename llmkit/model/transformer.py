@@ -8,9 +8,9 @@ only in four choices, all fields of ``ModelConfig``:
     positions  learned table added at input | rotary (RoPE) applied to queries and keys
     bias       biases on every Linear       | no biases
 
-The whole model is in this file; ``ModelConfig`` and the cost estimates are in ``llmkit.config``.
-Saving, loading and importing Hugging Face weights live in ``llmkit.weights``; the KV cache in
-``llmkit.kvcache``; looking inside in ``llmkit.inspect``.
+The whole model is in this file; ``ModelConfig`` and the cost estimates are in ``llmkit.model.config``.
+Saving, loading and importing Hugging Face weights live in ``llmkit.model.weights``; the KV cache in
+``llmkit.model.kvcache``; looking inside in ``llmkit.model.inspect``.
 
 Inference with a KV cache (generation) runs the same computation through ``FastModel`` at the end
 of this file: the blocks as plain tensor functions, without ``nn.Module``'s per-call work, which
@@ -30,9 +30,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.hooks import RemovableHandle
 
-from llmkit.config import ModelConfig
-from llmkit.config import CostEstimate, count_params, estimate_cost  # noqa: F401 (re-exported for older imports)
-from llmkit.kvcache import KVCache
+from llmkit.model.config import ModelConfig
+from llmkit.model.config import CostEstimate, count_params, estimate_cost  # noqa: F401 (re-exported for older imports)
+from llmkit.model.kvcache import KVCache
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -105,7 +105,7 @@ class Attention(nn.Module):
 
     The fast form calls ``scaled_dot_product_attention`` (fused kernels, never builds the T x T
     matrix); the explicit form spells out scores -> mask -> softmax -> weighted sum, and passes the
-    attention pattern through ``self.pattern`` (an identity) so ``llmkit.inspect`` can hook it.
+    attention pattern through ``self.pattern`` (an identity) so ``llmkit.model.inspect`` can hook it.
     Set ``explicit = True`` to use it; both give the same result.
     """
 
@@ -349,22 +349,22 @@ class Transformer(nn.Module):
     def device(self) -> torch.device:
         return self.embed.weight.device
 
-    # Files: the code lives in llmkit.weights (one place for everything that touches disk).
+    # Files: the code lives in llmkit.model.weights (one place for everything that touches disk).
     def save(self, directory: str | Path) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory``."""
-        from llmkit import weights
+        from llmkit.model import weights
         return weights.save(self, directory)
 
     @classmethod
     def load(cls, directory: str | Path, device: torch.device | str | None = None) -> Transformer:
         """Read a folder written by ``save`` (in eval mode)."""
-        from llmkit import weights
+        from llmkit.model import weights
         return weights.load(directory, device=device)
 
     @classmethod
     def from_hf(cls, model_or_dir: Any, device: torch.device | str | None = None) -> Transformer:
         """Import a Hugging Face ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` (object or saved folder)."""
-        from llmkit import weights
+        from llmkit.model import weights
         return weights.from_hf(model_or_dir, device=device)
 
 

@@ -1,6 +1,6 @@
 """The legacy way to call tools: a ReAct-style text protocol, parsed with regular expressions.
 
-Today's chat model calls a tool in a *structured* way (``llmkit.chat_template``): control tokens it
+Today's chat model calls a tool in a *structured* way (``llmkit.chat.template``): control tokens it
 was trained on, ``<|tool_call|>{"name": ..., "input": {...}}<|end_tool_call|>``, and JSON the harness
 reads straight off. Before models were trained for tools, agents (ReAct, Yao et al., 2022) spelled a
 text format out in the prompt and hoped the model kept to it::
@@ -15,22 +15,21 @@ model continue to ``Answer: ...``.
 
 Nothing enforces that shape. A stray word, a missing quote or parenthesis, a tool that doesn't
 exist, and the parser has nothing to run. ``parse_action`` therefore says *why* a reply failed
-(``ParseFailure``), so failures can be counted: ``llmkit.evals.react_parse_failures`` samples
+(``ParseFailure``), so failures can be counted: ``llmkit.course.evals.react_parse_failures`` samples
 replies to held-out questions and reports the rate of each reason::
 
-    python -m llmkit.react --model chat --json
+    python -m llmkit react --model chat --json
 
 The argument syntax is small on purpose: ``key="text"`` or ``key=number`` pairs, separated by
 commas. Strings are written as JSON string literals (``format_action`` escapes ``"`` as ``\\"``
 and ``\\`` as ``\\\\``), so any text, quotes, commas and parentheses included, survives the trip.
 Lists, booleans and nested objects can't be written; that is one more thing structured calls do.
 
-(The measurement lives in ``llmkit.evals`` because it needs the held-out ``react`` conversations,
-and ``llmkit.conversations`` builds those from this module: imports only point down.)
+(The measurement lives in ``llmkit.course.evals`` because it needs the held-out ``react`` conversations,
+and ``llmkit.course.conversations`` builds those from this module: imports only point down.)
 """
 from __future__ import annotations
 
-import argparse
 import enum
 import json
 import math
@@ -38,8 +37,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from llmkit.chat_template import ERROR_PREFIX, signature
-from llmkit.tools import EXAMPLE_TOOLS, Tool, ToolArgumentsError, tools_by_name, validate_arguments
+from llmkit.chat.template import ERROR_PREFIX, signature
+from llmkit.chat.tools import Tool, ToolArgumentsError, tools_by_name, validate_arguments
+from llmkit.course.tools import EXAMPLE_TOOLS
 
 THOUGHT, ACTION, OBSERVATION, ANSWER = "Thought: ", "Action: ", "Observation: ", "Answer: "
 STOP_SEQUENCE = "Observation:"  # the harness, not the model, writes what comes after it
@@ -123,7 +123,7 @@ def format_observation(result: str | dict) -> str:
     """The text the harness appends after running a tool: ``Observation: <result>``.
 
     ``result`` is the tool's output as text, or a ``tool_result`` block from
-    ``llmkit.tools.run_tool_call`` (an error result reads ``Observation: Error: ...``).
+    ``llmkit.chat.tools.run_tool_call`` (an error result reads ``Observation: Error: ...``).
     """
     if isinstance(result, dict):
         content = result.get("content")
@@ -284,35 +284,3 @@ def _read_arguments(text: str) -> dict[str, Any]:
             problem = "a comma with no argument after it" if at_end else f"a missing comma before {text[position:]!r}"
             raise _Refused(ParseFailure.BAD_ARGUMENTS, f"{problem}; separate arguments with one comma")
     return arguments
-
-
-# ---------------------------------------------------------------------------------------------- command line
-def main(argv: list[str] | None = None) -> None:
-    """``python -m llmkit.react``: the parse-failure rate of ReAct steps at each temperature."""
-    parser = argparse.ArgumentParser(prog="python -m llmkit.react",
-                                     description="How often a chat model's ReAct Action cannot be parsed, by reason.")
-    parser.add_argument("--n", type=int, default=48, help="held-out questions per temperature (default 48)")
-    parser.add_argument("--seed", type=int, default=0, help="which questions, and the sampling seed (default 0)")
-    parser.add_argument("--temperatures", type=float, nargs="+", default=list(TEMPERATURES))
-    parser.add_argument("--json", action="store_true", help="print one JSON object (else a short table)")
-    from llmkit.evals import react_parse_failures  # floor 5, see the module docstring
-    from llmkit.weights import add_model_arguments, load_model_from_arguments
-
-    add_model_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.n < 1:
-        parser.error("--n must be at least 1")
-    model, tokenizer = load_model_from_arguments(args)
-    runs = [react_parse_failures(model, tokenizer, temperature=t, n=args.n, seed=args.seed) for t in args.temperatures]
-    if args.json:
-        print(json.dumps({"model": args.model, "runs": runs}))
-        return
-    reasons = [reason.value for reason in ParseFailure]
-    print(f"{'temperature':>11}  {'failed':>6}  " + "  ".join(reasons))
-    for run in runs:
-        cells = "  ".join(f"{run['by_reason'][r]:>{len(r)}.2f}" for r in reasons)
-        print(f"{run['temperature']:>11}  {run['parse_failure_rate']:>6.2f}  {cells}")
-
-
-if __name__ == "__main__":
-    main()

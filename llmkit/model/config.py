@@ -1,6 +1,6 @@
 """What defines a model, and what it costs: ``ModelConfig`` and ``estimate_cost``.
 
-A checkpoint's ``config.json`` is a ``ModelConfig`` as JSON; ``llmkit.model`` builds the network
+A checkpoint's ``config.json`` is a ``ModelConfig`` as JSON; ``llmkit.model.transformer`` builds the network
 from one. ``estimate_cost`` answers "how many FLOPs and how much KV-cache memory?" from the config
 alone, before any weight exists.
 """

@@ -1,10 +1,10 @@
 """Prompt caching across requests: reuse the keys and values of a prompt prefix seen before.
 
-Within one request the KV cache (llmkit.kvcache) saves every decode step from recomputing earlier
+Within one request the KV cache (llmkit.model.kvcache) saves every decode step from recomputing earlier
 tokens. ``PrefixCache`` carries the same idea across requests: a chat harness re-sends the whole
 history every turn, so a new request usually starts with tokens a previous request already
 prefilled. Their keys and values are copied in instead of recomputed, and only the new tail is
-prefilled. ``llmkit.generate`` takes one as ``prefix_cache=``; it never changes the result.
+prefilled. ``llmkit.generation.generate`` takes one as ``prefix_cache=``; it never changes the result.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Sequence
 
 import torch
 
-from llmkit.kvcache import KVCache
-from llmkit.model import Transformer
+from llmkit.model.kvcache import KVCache
+from llmkit.model.transformer import Transformer
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Search over a small local document collection: BM25, the classic ranking behind search engines.
 
-The course's ``web_search`` tool (``llmkit.tools.web_search``) stands in for the web with the
+The course's ``web_search`` tool (``llmkit.course.tools.web_search``) stands in for the web with the
 handwritten notes in ``data/docs/``: no network, and the same query always gets the same
 results. A hosted model's web search works the same way in outline: the query is split into
 words, documents are ranked by how well they match, and the model reads only a title and a short

@@ -10,7 +10,7 @@ Special tokens (``<|endoftext|>``, the chat markers) are control signals. Text a
 never turn into them by accident, so by default ``encode`` refuses text that contains them, as
 tiktoken does; the caller says explicitly which ones are allowed.
 
-Training lives in :mod:`llmkit.bpe`; the JSON file format in :mod:`llmkit.tokenizer_file`.
+Training lives in :mod:`llmkit.tokens.bpe`; the JSON file format in :mod:`llmkit.tokens.file`.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Literal
 
 import regex
 
-from llmkit import bpe
+from llmkit.tokens import bpe
 
 # The control tokens of the course tokenizer, reserved from the start (see DEVELOPERS.md).
 COURSE_SPECIAL_TOKENS = [
@@ -313,15 +313,15 @@ class Tokenizer:
 
     # ----------------------------------------------------------------- files and tiktoken
     def save(self, path: str | Path) -> None:
-        """Write one human-readable JSON file (see :mod:`llmkit.tokenizer_file`)."""
-        from llmkit import tokenizer_file
+        """Write one human-readable JSON file (see :mod:`llmkit.tokens.file`)."""
+        from llmkit.tokens import file as tokenizer_file
 
         tokenizer_file.save(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
         """Read a file written by ``save``. Only JSON is parsed; no code runs."""
-        from llmkit import tokenizer_file
+        from llmkit.tokens import file as tokenizer_file
 
         return tokenizer_file.load(cls, path)
 
@@ -330,7 +330,7 @@ class Tokenizer:
         """An llmkit Tokenizer with a tiktoken encoding's ranks, regex and special tokens."""
         if isinstance(name_or_encoding, str):
             if name_or_encoding == "cl100k_base":
-                from llmkit.cl100k import get_cl100k
+                from llmkit.tokens.cl100k import get_cl100k
 
                 encoding = get_cl100k()
             else:

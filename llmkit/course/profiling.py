@@ -1,6 +1,6 @@
 """Measuring the loop: where the time of a generation goes, and what the caches save.
 
-Everything here *times* ``llmkit.generate``; nothing re-implements it. The loop's own stopwatch
+Everything here *times* ``llmkit.generation.generate``; nothing re-implements it. The loop's own stopwatch
 (``TokenEvent.elapsed``, ``Usage.time_to_first_token``) gives the numbers:
 
     time to first token   prefix-cache lookup + prefill of the prompt + the first draw
@@ -15,9 +15,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from llmkit.generate import PrefixCache, StopEvent, generate, stream
-from llmkit.model import Transformer
-from llmkit.sampling import SamplingParams
+from llmkit.generation.generate import PrefixCache, StopEvent, generate, stream
+from llmkit.model.transformer import Transformer
+from llmkit.generation.sampling import SamplingParams
 
 
 def token_times(model: Transformer, prompt_ids: Sequence[int], n_tokens: int, *, use_cache: bool = True) -> list[float]:

@@ -1,7 +1,7 @@
 """The agent loop: call the model, run the tool it asks for, send the result back, repeat.
 
 The model never runs anything. It writes a tool call as text; this loop (the harness) reads it,
-runs the real function (``llmkit.tools.run_tool_call``), and appends the result to the
+runs the real function (``llmkit.chat.tools.run_tool_call``), and appends the result to the
 conversation, which is sent again in full. It stops when the model answers instead of asking
 (any stop reason other than "tool_use") or after ``max_iterations`` calls to the model.
 
@@ -14,7 +14,7 @@ Whatever the model writes, the loop does not crash: a call that is not valid JSO
 unknown tool, has arguments of the wrong type, or runs a tool that raises or hangs comes back to
 the model as an error ``tool_result`` it can read and correct.
 
-``client`` is anything with ``client.messages.create(...)`` returning an ``llmkit.client.Message``
+``client`` is anything with ``client.messages.create(...)`` returning an ``llmkit.chat.client.Message``
 (so a scripted fake client can test the loop without a model).
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from llmkit.tools import DEFAULT_TIMEOUT_S, Approve, Tool, run_tool_call, tool_result, tools_by_name
-from llmkit.trace import Trace
+from llmkit.chat.tools import DEFAULT_TIMEOUT_S, Approve, Tool, run_tool_call, tool_result, tools_by_name
+from llmkit.chat.trace import Trace
 
 
 @dataclass
@@ -48,7 +48,7 @@ def run_agent(client, messages: list[dict], tools: list[Tool], *, max_iterations
               trace: Trace | None = None, **create_kwargs: Any) -> AgentResult:
     """Run the tool-use loop until the model answers or ``max_iterations`` model calls are spent.
 
-    tools: ``llmkit.tools.Tool`` objects, passed to every ``create`` (which sends the model their
+    tools: ``llmkit.chat.tools.Tool`` objects, passed to every ``create`` (which sends the model their
         definitions and runs the server tools among them itself).
     approve: the permission hook, ``approve(name, arguments) -> "allow" | "deny"``, asked before
         each client tool runs; a denied call is answered with an error result and the model

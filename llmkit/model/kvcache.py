@@ -36,7 +36,7 @@ class KVCache:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         shape = (config.n_layers, batch_size, config.n_kv_heads, max_length, config.head_dim)
         # One tensor for every layer's keys (and one for values), so that a whole prefix can be
-        # copied in at once (llmkit.prefix_cache); ``keys[layer]`` is a view of one layer. The
+        # copied in at once (llmkit.generation.prefix_cache); ``keys[layer]`` is a view of one layer. The
         # memory is left uninitialised: only the first ``length`` positions are ever read, and they
         # are written first, so zero-filling it would be wasted work on every request.
         self.key_table = torch.empty(shape, device=device, dtype=dtype)

@@ -10,7 +10,7 @@ This is the harness a hosted API runs for you, written out::
     reply.cost         # dollars, from the price table
 
 Each call is stateless: the whole conversation is rendered into one row of tokens
-(``llmkit.chat_template``) and the model continues it (``llmkit.generate``). Choices made here:
+(``llmkit.chat.template``) and the model continues it (``llmkit.generation.generate``). Choices made here:
 
 - **Context window.** The prompt must leave room for at least one new token. ``max_tokens`` is a
   budget, not a reservation: if the window fills first the reply stops with "context_window". A
@@ -32,7 +32,7 @@ Each call is stateless: the whole conversation is rendered into one row of token
   so a prompt that starts like an earlier one (same system prompt and tools, same history)
   reuses its keys and values: ``usage.cache_read_input_tokens``. The reply is the same either way.
 - **Valid tool calls.** With tools offered, ``constrain_tools=True`` (the default) decodes under
-  ``llmkit.constrained.ToolCallConstraint``: inside a tool call only tokens that keep it valid JSON
+  ``llmkit.chat.constrained.ToolCallConstraint``: inside a tool call only tokens that keep it valid JSON
   for an offered tool's schema can be drawn, so every finished call parses and validates (one cut
   off by ``max_tokens`` is still cut off). ``constrain_tools=False`` shows what the model writes
   on its own.
@@ -57,12 +57,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from llmkit.chat_template import Rendered, parse_assistant, render, server_result_ids, stop_tokens
-from llmkit.constrained import ToolCallConstraint
-from llmkit.generate import PrefixCache, stream as generate_stream
-from llmkit.sampling import SamplingParams
-from llmkit.tools import Tool, run_tool_call
-from llmkit.trace import Bill, Prices, Trace
+from llmkit.chat.template import Rendered, parse_assistant, render, server_result_ids, stop_tokens
+from llmkit.chat.constrained import ToolCallConstraint
+from llmkit.generation.generate import PrefixCache, stream as generate_stream
+from llmkit.generation.sampling import SamplingParams
+from llmkit.chat.tools import Tool, run_tool_call
+from llmkit.chat.trace import Bill, Prices, Trace
 
 DEFAULT_PREFIX_CACHE_BYTES = 64 * 2**20
 CONTEXT_POLICIES = ("error", "drop_oldest")
@@ -157,7 +157,7 @@ class Client:
 
     def __init__(self, model_dir=None, *, device=None, prices: Prices | None = None,
                  prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES):
-        from llmkit.weights import load_model  # floor 3, loaded only when a client is made
+        from llmkit.model.weights import load_model  # floor 3, loaded only when a client is made
 
         try:
             model, tokenizer = load_model("chat" if model_dir is None else model_dir, device=device)
@@ -178,7 +178,7 @@ class Client:
 
     def _setup(self, model, tokenizer, prices, prefix_cache_bytes) -> None:
         if prices is not None and not isinstance(prices, Prices):
-            raise TypeError(f"prices must be an llmkit.trace.Prices, got {type(prices).__name__}")
+            raise TypeError(f"prices must be an llmkit.chat.trace.Prices, got {type(prices).__name__}")
         self.model, self.tokenizer = model, tokenizer
         self.prices = prices or Prices()
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
@@ -217,16 +217,16 @@ class Messages:
 
         messages: ``{"role": "user" | "assistant", "content": str | [blocks]}``, oldest first.
         max_tokens: the most tokens to generate (thinking included), >= 1.
-        system, tools: the system prompt and the tools (``llmkit.tools.Tool`` or definitions); a
+        system, tools: the system prompt and the tools (``llmkit.chat.tools.Tool`` or definitions); a
             ``Tool`` marked ``server`` (``web_search``) is run by the client inside this call.
         stop_sequences: strings that end the reply (left out of it).
         thinking: None / {"type": "enabled"}: the model may think first; {"type": "disabled"}: not.
         seed, temperature, top_p, top_k, min_p: sampling (temperature 0 is greedy).
         cache: reuse the prompt cache across requests. previous_id: continue a stored conversation.
         context_policy: "error" (default) or "drop_oldest" when the prompt does not fit.
-        trace: an ``llmkit.trace.Trace`` to record what happened.
+        trace: an ``llmkit.chat.trace.Trace`` to record what happened.
         constrain_tools: with tools offered, only let the model write tool calls that parse and fit
-            an offered tool's schema (``llmkit.constrained``); False leaves it unconstrained.
+            an offered tool's schema (``llmkit.chat.constrained``); False leaves it unconstrained.
 
         The request is checked now, so a mistake raises here, before anything is generated.
         """
@@ -252,7 +252,7 @@ class Messages:
         if context_policy not in CONTEXT_POLICIES:
             raise ValueError(f"context_policy must be one of {CONTEXT_POLICIES}, got {context_policy!r}")
         if trace is not None and not isinstance(trace, Trace):
-            raise TypeError(f"trace must be an llmkit.trace.Trace or None, got {type(trace).__name__}")
+            raise TypeError(f"trace must be an llmkit.chat.trace.Trace or None, got {type(trace).__name__}")
         if not isinstance(cache, bool):
             raise TypeError(f"cache must be True or False, got {cache!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -522,7 +522,7 @@ def _record_round(trace: Trace, round: _Round, blocks: list[dict], tokenizer) ->
 class _Round:
     """One generation inside a request: a request with server tool calls has one more per call."""
 
-    generation: Any  # llmkit.generate.Generation
+    generation: Any  # llmkit.generation.generate.Generation
     tokens: list[int]
     started: float  # trace time when it began (0.0 without a trace)
 

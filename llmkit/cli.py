@@ -1,0 +1,38 @@
+"""``llmkit`` (or ``python -m llmkit``): one command line for every stage that runs from a terminal.
+
+Each subcommand lives beside the code it drives and is imported only when asked for, so
+``llmkit env`` stays quick on a machine whose torch install is broken (the thing it checks).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "env": ("llmkit.env", "check that this machine can run the course"),
+    "train": ("llmkit.training.train", "pretrain a model from a JSON config"),
+    "finetune": ("llmkit.training.finetune", "SFT or DPO from a JSON config"),
+    "evals": ("llmkit.course.evals", "held-out evaluation of a chat model"),
+    "react": ("llmkit.course.evals", "how often a ReAct step cannot be parsed"),
+}
+ENTRY_POINTS = {"react": "react_main"}  # commands whose function is not called ``main``
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    rows = "\n".join(f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items())
+    return f"usage: llmkit COMMAND [options]\n\ncommands:\n{rows}\n\n`llmkit COMMAND --help` tells each one's options."
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"llmkit: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    status = getattr(module, ENTRY_POINTS.get(name, "main"))(rest)
+    return status if isinstance(status, int) else 0

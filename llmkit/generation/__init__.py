@@ -1,0 +1,1 @@
+"""Logits → text: sampling, the generate/stream loop with its stop reasons, and prompt (prefix) caching."""
