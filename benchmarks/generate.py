@@ -207,8 +207,8 @@ def prompt_caching(model: Transformer, where: str, repeats: int, turns: int = 10
         cold, warm = best_ttft(cold_runs, turn), best_ttft(warm_runs, turn)
         usage = warm_runs[0][turn].usage
         same = cold_runs[0][turn].tokens == warm_runs[0][turn].tokens
-        print(f"{turn + 1:>4}{usage.prompt_tokens:>8}{usage.cache_read_tokens:>12}"
-              f"{usage.cache_read_tokens / usage.prompt_tokens:>8.0%}{cold * 1e3:>14.1f}{warm * 1e3:>16.1f}"
+        print(f"{turn + 1:>4}{usage.prompt_tokens:>8}{usage.cache_read_input_tokens:>12}"
+              f"{usage.cache_read_input_tokens / usage.prompt_tokens:>8.0%}{cold * 1e3:>14.1f}{warm * 1e3:>16.1f}"
               f"{cold / warm:>8.1f}x{str(same):>13}")
     print(f"target: turn {turns} time to first token >= 5x lower with the cache")
     caching_ceiling(model, warm_runs[0], words, repeats)
@@ -238,7 +238,7 @@ def caching_ceiling(model: Transformer, last_run: list, words: torch.Tensor, rep
     for user_words, turn in zip(words.tolist(), last_run):
         prompt = history + user_words
         history = prompt + turn.tokens
-    cached = last_run[-1].usage.cache_read_tokens
+    cached = last_run[-1].usage.cache_read_input_tokens
     ids = torch.tensor([prompt])
     cache = model.new_cache(1, max_length=len(prompt))
     with torch.inference_mode():

@@ -88,7 +88,7 @@ def test_shipped_model_greedy_with_cache_equals_without():
         reply = generate(model, history, max_new_tokens=20, prefix_cache=prefix_cache)
         assert reply.tokens == generate(model, history, max_new_tokens=20).tokens
         history += reply.tokens
-    assert reply.usage.cache_read_tokens > 0
+    assert reply.usage.cache_read_input_tokens > 0
 
 
 def hf_model(family: str):
@@ -278,7 +278,7 @@ def test_num_samples_share_one_prefill():
 
 def test_usage_reports_timings():
     usage = generate(random_model("gpt2"), PROMPT, max_new_tokens=10).usage
-    assert usage.input_tokens == len(PROMPT) and usage.cache_read_tokens == 0 and usage.output_tokens == 10
+    assert usage.input_tokens == len(PROMPT) and usage.cache_read_input_tokens == 0 and usage.output_tokens == 10
     assert usage.time_to_first_token > 0 and usage.decode_tokens_per_s > 0
     assert generate(random_model("gpt2"), PROMPT, max_new_tokens=1).usage.decode_tokens_per_s is None
 
@@ -388,7 +388,7 @@ def test_prefix_cache_never_changes_results_over_a_conversation(family, sampling
         usage = with_cache.usage
         assert usage.prompt_tokens == len(history)
         if turn > 0:  # the earlier history is served from the cache, all but the reply's last token
-            assert usage.cache_read_tokens == len(history) - 3 - 1  # (it was drawn, never fed back)
+            assert usage.cache_read_input_tokens == len(history) - 3 - 1  # (it was drawn, never fed back)
         history += with_cache.tokens
     stats = cache.stats
     assert stats.requests == 4 and stats.hits == 3 and 0 < stats.hit_rate < 1
@@ -405,11 +405,11 @@ def test_one_early_byte_changed_reuses_nothing_after_it(tokenizer):
     for position in (1, 30):
         changed = tokenizer.encode(text[:position] + "X" + text[position + 1:])
         first_difference = next(i for i, (a, b) in enumerate(zip(tokens, changed)) if a != b)
-        reused = generate(model, changed, max_new_tokens=2, prefix_cache=cache).usage.cache_read_tokens
+        reused = generate(model, changed, max_new_tokens=2, prefix_cache=cache).usage.cache_read_input_tokens
         assert reused == first_difference  # every token before the change, nothing after
         assert generate(model, changed, max_new_tokens=5, prefix_cache=cache).tokens == \
             generate(model, changed, max_new_tokens=5).tokens
-    assert generate(model, [1] + tokens[1:], max_new_tokens=2, prefix_cache=cache).usage.cache_read_tokens == 0
+    assert generate(model, [1] + tokens[1:], max_new_tokens=2, prefix_cache=cache).usage.cache_read_input_tokens == 0
 
 
 def test_prefix_cache_evicts_least_recently_used_within_its_budget():
@@ -435,7 +435,7 @@ def test_prefix_cache_is_tied_to_one_model_and_its_current_weights():
     with torch.no_grad():
         model.blocks[0].attn.qkv.weight.add_(0.1)  # as an optimiser step would
     after = generate(model, PROMPT, max_new_tokens=3, prefix_cache=cache)
-    assert after.usage.cache_read_tokens == 0 and after.tokens == generate(model, PROMPT, max_new_tokens=3).tokens
+    assert after.usage.cache_read_input_tokens == 0 and after.tokens == generate(model, PROMPT, max_new_tokens=3).tokens
     with pytest.raises(ValueError, match="cannot hold even one block"):
         generate(model, PROMPT, max_new_tokens=3, prefix_cache=PrefixCache(max_bytes=100))
 

@@ -39,25 +39,31 @@ STOP_REASONS = ("end_turn", "max_tokens", "stop_sequence", "tool_use", "context_
 
 @dataclass
 class Usage:
-    """What one request cost, shaped like a Messages API usage block.
+    """What one request cost, shaped like a Messages API usage block; the one usage row of the
+    package (a chat reply, a replayed turn and a traced request all carry one).
 
     input_tokens: prompt tokens the model read in this request (the prefill).
-    cache_read_tokens: prompt tokens served from the prefix cache instead; the whole prompt is
-        ``input_tokens + cache_read_tokens`` (``prompt_tokens``).
+    cache_read_input_tokens: prompt tokens served from the prefix cache instead; the whole prompt
+        is ``input_tokens + cache_read_input_tokens`` (``prompt_tokens``).
     output_tokens: tokens generated, stop tokens included, summed over all samples.
     time_to_first_token: seconds from the call to the first new token (prefix lookup + prefill).
     decode_tokens_per_s: tokens per second after the first (None when only one step ran).
+    thinking_tokens: of the output, the tokens inside a thinking block (counted by the chat
+        client, which knows the markers; 0 from plain ``generate``).
+    server_tool_calls: server tool calls the chat client ran inside the request.
     """
 
     input_tokens: int
     output_tokens: int
-    cache_read_tokens: int
-    time_to_first_token: float
-    decode_tokens_per_s: float | None
+    cache_read_input_tokens: int = 0
+    time_to_first_token: float | None = None
+    decode_tokens_per_s: float | None = None
+    thinking_tokens: int = 0
+    server_tool_calls: int = 0
 
     @property
     def prompt_tokens(self) -> int:
-        return self.input_tokens + self.cache_read_tokens
+        return self.input_tokens + self.cache_read_input_tokens
 
 
 @dataclass
@@ -527,7 +533,7 @@ class _Loop:
         decode_time, decode_tokens = finished_at - first_token_at, output_tokens - self.n
         decode_speed = decode_tokens / decode_time if decode_tokens > 0 and decode_time > 0 else None
         usage = Usage(input_tokens=len(self.prompt) - cache_read, output_tokens=output_tokens,
-                      cache_read_tokens=cache_read, time_to_first_token=first_token_at,
+                      cache_read_input_tokens=cache_read, time_to_first_token=first_token_at,
                       decode_tokens_per_s=decode_speed)
         return Generation(samples, usage)
 
