@@ -483,7 +483,7 @@ def test_timeout_returns_about_on_time():
     assert 0.2 <= elapsed < 5  # generous: the point is that it doesn't wait for the tool
 
 
-def test_bad_timeout_is_a_programming_error():
+def test_a_zero_timeout_is_a_programming_error():
     with pytest.raises(ValueError, match="timeout_s"):
         run_tool_call(EXAMPLE_TOOLS, "calculator", {"expression": "1"}, tool_use_id="t", timeout_s=0)
 
@@ -602,6 +602,8 @@ def test_fresh_process_same_weather_and_chat_tools_import_no_higher_floor():
     output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     weather, modules = json.loads(output)
     assert weather == [get_weather(city) for city in CITIES]
-    # the chat floor (llmkit.chat.tools) pulls in nothing but itself; the example tools add the calculator
-    assert set(modules) <= {"llmkit", "llmkit.paths", "llmkit.chat", "llmkit.chat.tools", "llmkit.course",
-                            "llmkit.course.tools", "llmkit.course.calculator"}
+    # the chat floor (llmkit.chat.tools) pulls in only its runner and the shared checks; the example
+    # tools add the calculator
+    assert set(modules) <= {"llmkit", "llmkit.paths", "llmkit.checks", "llmkit.chat", "llmkit.chat.tools",
+                            "llmkit.chat.deadline", "llmkit.course", "llmkit.course.tools",
+                            "llmkit.course.calculator"}

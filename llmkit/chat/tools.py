@@ -15,6 +15,9 @@ This module is that harness side, for one call:
   (broken JSON, wrong arguments, an unknown tool) and whatever the tool did (raised, ran too
   long) comes back as a result with ``is_error: True`` and a message the model can act on, so
   the conversation carries on instead of crashing.
+- A time limit is a limit: a tool runs in a worker thread, and a result that arrives after the
+  deadline is an error, never a success; a tool marked ``@tool(isolated=True)`` runs in a worker
+  process that is killed at the deadline (``llmkit.chat.deadline`` explains the difference).
 
 Docstrings follow the Google convention: the first paragraph describes the tool, and an
 ``Args:`` section gives one line (or an indented paragraph) per parameter.
@@ -26,12 +29,14 @@ import functools
 import inspect
 import json
 import re
-import threading
 import types
 import typing
 from typing import Any, Callable, Iterable, Literal, Union
 
 import jsonschema
+
+from llmkit.chat.deadline import call_in_process, call_in_thread
+from llmkit.checks import check_bool, check_number, is_int
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -64,18 +69,22 @@ class Tool:
     API runs its web search), and the reply carries the call and its result; a client tool's call
     ends the turn with stop reason "tool_use" and your code runs it. The definition the model reads
     is the same either way: only who runs the tool differs.
+
+    ``isolated``: run each call in a worker process that is killed at the time limit, for tools
+    that are slow, untrusted or may hold the GIL; its result must be JSON (or a string), and
+    changes it makes to Python objects stay in the worker. Otherwise a call runs in a thread, which
+    cannot be stopped: past the limit it is abandoned, and a late result is an error.
     """
 
     def __init__(self, function: Callable, *, name: str, description: str, input_schema: dict,
-                 server: bool = False):
+                 server: bool = False, isolated: bool = False):
         functools.update_wrapper(self, function)  # keeps __doc__, __name__, __wrapped__
-        if not isinstance(server, bool):
-            raise TypeError(f"server must be True or False, got {server!r}")
         self.function = function
         self.name = name
         self.description = description
         self.input_schema = input_schema
-        self.server = server
+        self.server = check_bool("server", server)
+        self.isolated = check_bool("isolated", isolated)
 
     def __call__(self, *args, **kwargs):
         return self.function(*args, **kwargs)
@@ -85,26 +94,32 @@ class Tool:
         return {"name": self.name, "description": self.description, "input_schema": copy.deepcopy(self.input_schema)}
 
     def __repr__(self) -> str:
-        return f"Tool({self.name!r}, server=True)" if self.server else f"Tool({self.name!r})"
+        flags = "".join(f", {flag}=True" for flag in ("server", "isolated") if getattr(self, flag))
+        return f"Tool({self.name!r}{flags})"
 
 
-def tool(function: Callable | None = None, *, server: bool = False) -> Tool | Callable[[Callable], Tool]:
+def tool(function: Callable | None = None, *, server: bool = False,
+         isolated: bool = False) -> Tool | Callable[[Callable], Tool]:
     """Decorator: build a ``Tool`` from ``function``'s name, type hints and Google-style docstring.
 
     ``@tool`` makes a client tool; ``@tool(server=True)`` a server tool, which the client runs
-    itself inside the request (see ``Tool``).
+    itself inside the request; ``@tool(isolated=True)`` one that runs in a process that can be
+    stopped at the time limit (see ``Tool``).
 
     Raises ``ToolDefinitionError`` at decoration time, naming the parameter, for anything the
     model could not be told about precisely: a missing type hint or description, an unsupported
     type, ``*args``/``**kwargs``, or an ``Args:`` entry for a parameter that doesn't exist.
     """
+    check_bool("server", server)
+    check_bool("isolated", isolated)
     if function is None:
-        return functools.partial(tool, server=server)
+        return functools.partial(tool, server=server, isolated=isolated)
     if not callable(function):
         raise TypeError(f"@tool decorates a function, got {function!r}; write @tool or @tool(server=True)")
     description, argument_docs = parse_docstring(function)
     schema = input_schema(function, argument_docs)
-    return Tool(function, name=function.__name__, description=description, input_schema=schema, server=server)
+    return Tool(function, name=function.__name__, description=description, input_schema=schema, server=server,
+                isolated=isolated)
 
 
 def parse_docstring(function: Callable) -> tuple[str, dict[str, str]]:
@@ -217,7 +232,7 @@ def schema_for(hint: Any, where: str) -> dict:
 
 def _is_python_int(checker, instance) -> bool:
     # JSON Schema counts 2.0 as an integer; a Python function expecting int would get a float.
-    return isinstance(instance, int) and not isinstance(instance, bool)
+    return is_int(instance)
 
 
 ArgumentValidator = jsonschema.validators.extend(
@@ -290,14 +305,14 @@ def run_tool_call(
     """Run the call the model asked for and return its ``tool_result`` block.
 
     In order: find the tool by name, parse and validate the arguments, ask ``approve`` (if
-    given), run the tool with a time limit, and serialise what it returned (a string as is,
-    anything else as JSON). Every failure on the model's side or inside the tool comes back as
+    given), run the tool with a time limit of ``timeout_s`` seconds (in a thread, or in a process
+    for an ``isolated`` tool), and serialise what it returned (a string as is, anything else as
+    JSON). A result that arrives after the limit is an error, never a success. Every failure on the model's side or inside the tool comes back as
     ``is_error: True`` with a message for the model; this never raises for those. It does
     raise for mistakes in the calling code: ``tools`` holding a non-``Tool`` or two tools of
     one name, or ``approve`` answering something other than "allow" or "deny".
     """
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    check_number("timeout_s", timeout_s, above=0)
     by_name = tools_by_name(tools)
     if name not in by_name:
         available = ", ".join(by_name) or "none"
@@ -316,21 +331,32 @@ def run_tool_call(
         if decision != "allow":
             raise ValueError(f"approve must return 'allow' or 'deny', got {decision!r}")
 
-    finished, value, error = call_with_timeout(chosen, arguments, timeout_s)
-    if not finished:
-        return tool_result(
-            tool_use_id,
-            f"{name} did not finish within {timeout_s:g} s and was abandoned; try simpler arguments or another approach",
-            is_error=True,
-        )
-    if error is not None:
-        return tool_result(tool_use_id, f"{name} failed: {type(error).__name__}: {error}", is_error=True)
+    run = call_in_process if chosen.isolated else call_in_thread
+    outcome = run(chosen, arguments, timeout_s, result_text)
+    if outcome.status == "ok":
+        return tool_result(tool_use_id, outcome.value)
+    return tool_result(tool_use_id, _failure(name, outcome, timeout_s, chosen.isolated), is_error=True)
+
+
+def result_text(value: Any) -> str:
+    """What a tool returned, as the text the model reads: a string as is, anything else as JSON."""
     if isinstance(value, str):
-        return tool_result(tool_use_id, value)
-    try:
-        return tool_result(tool_use_id, json.dumps(value, ensure_ascii=False, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        return tool_result(tool_use_id, f"{name} returned a result that cannot be sent as JSON ({exc})", is_error=True)
+        return value
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def _failure(name: str, outcome, timeout_s: float, isolated: bool) -> str:
+    """The error the model reads for a call that did not produce a usable result."""
+    if outcome.status == "raised":
+        return f"{name} failed: {outcome.error}"
+    if outcome.status == "unsendable":
+        return f"{name} returned a result that cannot be sent as JSON ({outcome.error})"
+    retry = "try simpler arguments or another approach"
+    if outcome.status == "late":
+        return (f"{name} took {outcome.seconds:.1f} s, over the limit of {timeout_s:g} s, so its result was "
+                f"discarded; {retry}")
+    stopped = "was stopped" if isolated else "was abandoned"
+    return f"{name} did not finish within {timeout_s:g} s and {stopped}; {retry}"
 
 
 def tools_by_name(tools: Iterable[Tool]) -> dict[str, Tool]:
@@ -344,30 +370,3 @@ def tools_by_name(tools: Iterable[Tool]) -> dict[str, Tool]:
         by_name[item.name] = item
     return by_name
 
-
-def call_with_timeout(function: Callable, arguments: dict, timeout_s: float) -> tuple[bool, Any, BaseException | None]:
-    """Call ``function(**arguments)`` in a worker thread and wait at most ``timeout_s`` seconds.
-
-    Returns ``(finished, value, error)``: whether it finished in time, what it returned, and
-    the exception it raised (``None`` if it returned normally).
-
-    Python cannot kill a thread, so a tool that runs past the limit is *abandoned*, not
-    stopped: it keeps running in the background (as a daemon thread, so it doesn't keep the
-    program alive at exit) and whatever it returns later is dropped. A subprocess could be
-    killed, but would need the tool and its arguments to be picklable and would cost a new
-    interpreter per call; for the course's quick, side-effect-free tools the thread is enough.
-    """
-    outcome: list[tuple[Any, BaseException | None]] = []
-
-    def work() -> None:
-        try:
-            outcome.append((function(**arguments), None))
-        except BaseException as exc:  # even SystemExit: report it instead of ending the thread silently
-            outcome.append((None, exc))
-
-    worker = threading.Thread(target=work, name=f"tool-{getattr(function, 'name', 'call')}", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        return False, None, None
-    return (True, *outcome[0])
