@@ -10,7 +10,8 @@ import torch
 
 from llmkit.chat.agent import AgentResult, run_agent
 from llmkit.chat.template import render
-from llmkit.chat.client import Client, Message, MessageUsage
+from llmkit.chat.client import Client, Message
+from llmkit.generation.generate import Usage
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
 from llmkit.tokens.tokenizer import Tokenizer
@@ -26,7 +27,7 @@ def reply(*content: dict, stop_reason: str | None = None) -> Message:
     if stop_reason is None:
         stop_reason = "tool_use" if content and content[-1]["type"] == "tool_use" else "end_turn"
     return Message(id="msg_fake", content=list(content), stop_reason=stop_reason,
-                   usage=MessageUsage(input_tokens=10, output_tokens=5), bill=Bill(10, 0, 5))
+                   usage=Usage(input_tokens=10, output_tokens=5), bill=Bill(10, 0, 5))
 
 
 def call(name: str, tool_input, call_id: str = "toolu_1") -> dict:

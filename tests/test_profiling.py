@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmkit.generation.generate import PrefixCache
-from llmkit.model.transformer import estimate_cost
+from llmkit.model.config import estimate_cost
 from llmkit.course.profiling import context_costs, prefill_vs_decode, read_costs, replay_conversation, token_times
 from llmkit.generation.sampling import SamplingParams
 
@@ -64,18 +64,18 @@ def test_replay_conversation_resends_history_and_counts_cache_reads(model, token
     cache = PrefixCache(max_bytes=2**22, block_size=8)
     turns, history = replay_conversation(model, tokenizer, MESSAGES, prefix_cache=cache, max_new_tokens=6)
     assert [t.turn for t in turns] == [1, 2, 3]
-    assert turns[0].cache_read_tokens == 0 and turns[0].prompt_tokens == len(tokenizer.encode(MESSAGES[0]))
+    assert turns[0].usage.cache_read_input_tokens == 0 and turns[0].usage.prompt_tokens == len(tokenizer.encode(MESSAGES[0]))
     for before, turn, message in zip(turns, turns[1:], MESSAGES[1:]):
         # the whole previous prompt and its reply come back, plus the new message
-        assert turn.prompt_tokens == before.prompt_tokens + before.output_tokens + len(tokenizer.encode(message))
-        assert turn.cache_read_tokens + turn.input_tokens == turn.prompt_tokens
+        assert turn.usage.prompt_tokens == before.usage.prompt_tokens + before.usage.output_tokens + len(tokenizer.encode(message))
+        assert turn.usage.cache_read_input_tokens + turn.usage.input_tokens == turn.usage.prompt_tokens
         # everything sent before is reused but the reply's last token (drawn, never fed back)
-        assert turn.cache_read_tokens == before.prompt_tokens + before.output_tokens - 1
-        assert turn.time_to_first_token > 0
-    assert len(history) == turns[-1].prompt_tokens + turns[-1].output_tokens
+        assert turn.usage.cache_read_input_tokens == before.usage.prompt_tokens + before.usage.output_tokens - 1
+        assert turn.usage.time_to_first_token > 0
+    assert len(history) == turns[-1].usage.prompt_tokens + turns[-1].usage.output_tokens
     plain, plain_history = replay_conversation(model, tokenizer, MESSAGES, max_new_tokens=6)
     assert [t.reply for t in plain] == [t.reply for t in turns] and plain_history == history
-    assert all(t.cache_read_tokens == 0 for t in plain)
+    assert all(t.usage.cache_read_input_tokens == 0 for t in plain)
 
 
 def test_replay_conversation_with_sampling_is_reproducible(model, tokenizer):

@@ -15,7 +15,7 @@ SYSTEM = "You are a helpful assistant. Answer briefly, and use a tool when one h
 
 
 def test_bill_lines_and_total():
-    bill = Bill(input_tokens=1_000, cache_read_tokens=4_000, output_tokens=300)
+    bill = Bill(input_tokens=1_000, cache_read_input_tokens=4_000, output_tokens=300)
     assert [(line.label, line.tokens) for line in bill.lines] == [("input", 1000), ("cache read", 4000),
                                                                     ("output", 300)]
     assert [line.dollars for line in bill.lines] == pytest.approx([0.002, 0.0008, 0.003])
@@ -59,13 +59,13 @@ def test_a_request_records_its_parts_prefill_answer_and_bill():
     assert contexts[1].data["tools"] == contexts[0].data["tools"] > 0
 
     prefills = trace.of_kind("prefill")
-    assert [p.data["cache_read_tokens"] for p in prefills] == [0, second.usage.cache_read_input_tokens]
-    assert prefills[1].data["cache_read_tokens"] > 0 and all(p.duration > 0 for p in prefills)
+    assert [p.data["cache_read_input_tokens"] for p in prefills] == [0, second.usage.cache_read_input_tokens]
+    assert prefills[1].data["cache_read_input_tokens"] > 0 and all(p.duration > 0 for p in prefills)
     answers = trace.of_kind("answer")
     assert [a.data["output_tokens"] for a in answers] == [first.usage.output_tokens, second.usage.output_tokens]
     assert [b.data["bill"] for b in trace.of_kind("bill")] == [first.bill, second.bill]
     assert trace.bill().total == pytest.approx(first.cost + second.cost)
-    assert trace.bill().cache_read_tokens == second.usage.cache_read_input_tokens
+    assert trace.bill().cache_read_input_tokens == second.usage.cache_read_input_tokens
     times = [event.t for event in trace.events]
     assert all(t >= 0 for t in times)
 
@@ -78,7 +78,7 @@ def test_the_timeline_has_a_bar_per_prefill_decode_and_tool_run():
     from llmkit.viz.trace import plot_trace, timeline_rows
 
     trace = Trace()
-    trace.add("prefill", t=0.0, duration=0.010, input_tokens=40, cache_read_tokens=16)
+    trace.add("prefill", t=0.0, duration=0.010, input_tokens=40, cache_read_input_tokens=16)
     trace.add("answer", t=0.010, duration=0.050, output_tokens=12, stop_reason="tool_use", text="")
     trace.add("tool_call", t=0.061, duration=0.002, name="get_weather", input={"city": "Pune"}, is_error=False)
     trace.add("bill", bill=Bill(40, 16, 12))

@@ -14,7 +14,8 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 from llmkit.chat.template import render  # noqa: E402
-from llmkit.chat.client import Message, MessageUsage  # noqa: E402
+from llmkit.chat.client import Message  # noqa: E402
+from llmkit.generation.generate import Usage  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
 from llmkit.chat.tools import run_tool_call
 from llmkit.course.tools import calculator, get_weather, web_search  # noqa: E402
@@ -29,7 +30,7 @@ CALL = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"c
 def reply(*content: dict) -> Message:
     stop_reason = "tool_use" if content[-1]["type"] == "tool_use" else "end_turn"
     return Message(id="msg_fake", content=list(content), stop_reason=stop_reason,
-                   usage=MessageUsage(input_tokens=10, output_tokens=5), bill=Bill(10, 0, 5))
+                   usage=Usage(input_tokens=10, output_tokens=5), bill=Bill(10, 0, 5))
 
 
 class ScriptedClient:

@@ -118,7 +118,7 @@ def test_growth_plot_stacks_each_request_and_marks_the_window(rows):
     left, right = fig.axes
     assert left.get_xlabel() and left.get_ylabel() and right.get_ylabel() == "dollars" and fig._suptitle.get_text()
     first_turn = [p.get_height() for p in left.patches if abs(p.get_x() + p.get_width() / 2 - 1) < 0.01]
-    assert sum(first_turn) == pytest.approx(rows[0].prompt_tokens + rows[0].output_tokens)
+    assert sum(first_turn) == pytest.approx(rows[0].prompt_tokens + rows[0].usage.output_tokens)
     assert any(line.get_ydata()[0] == WINDOW for line in left.get_lines())
     costs = [p.get_height() for p in right.patches]
     assert costs == pytest.approx([row.cost for row in rows])
@@ -134,8 +134,8 @@ def test_fill_bar_widths_are_shares_of_the_window(rows):
     row = rows[-1]
     page = vc.context_fill_html(row, WINDOW)
     widths = [float(w) for w in re.findall(r"width:([\d.]+)%", page)]
-    assert sum(widths) == pytest.approx(100 * (row.prompt_tokens + row.output_tokens) / WINDOW, abs=0.05)
-    assert f"{row.prompt_tokens + row.output_tokens} of {WINDOW} tokens" in page
+    assert sum(widths) == pytest.approx(100 * (row.prompt_tokens + row.usage.output_tokens) / WINDOW, abs=0.05)
+    assert f"{row.prompt_tokens + row.usage.output_tokens} of {WINDOW} tokens" in page
     with pytest.raises(ValueError, match="context_window"):
         vc.context_fill_html(row, 0)
 
@@ -155,13 +155,13 @@ def test_the_slider_redraws_bill_and_fill(rows):
 def test_caching_plot_compares_the_same_conversation(model, tokenizer, rows):
     cached_runs = [conversation(model, tokenizer, cache=True)[0] for _ in range(2)]
     assert [r.text for r in cached_runs[0]] == [r.text for r in rows]  # the cache never changes the reply
-    assert cached_runs[0][-1].cache_read_tokens > 0 and rows[-1].cache_read_tokens == 0
+    assert cached_runs[0][-1].usage.cache_read_input_tokens > 0 and rows[-1].usage.cache_read_input_tokens == 0
     fig = vc.plot_caching(cached_runs, [rows])
     left, middle, right = fig.axes
     for ax in fig.axes:
         assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
     heights = [p.get_height() for p in left.patches]
-    assert heights[:len(rows)] == [r.cache_read_tokens for r in cached_runs[0]]
+    assert heights[:len(rows)] == [r.usage.cache_read_input_tokens for r in cached_runs[0]]
     assert len(middle.get_lines()) == 2 and len(right.patches) == 2 * len(rows)
     with pytest.raises(ValueError, match="same turns"):
         vc.plot_caching(cached_runs, [rows[:2]])

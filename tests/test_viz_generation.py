@@ -12,7 +12,7 @@ from collections import Counter  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from llmkit.generation.generate import generate, next_token_logits  # noqa: E402
+from llmkit.generation.generate import Usage, generate, next_token_logits  # noqa: E402
 from llmkit.course.profiling import ContextCost, ReadCost, Turn  # noqa: E402
 from llmkit.generation.sampling import SamplingParams, stage_probabilities  # noqa: E402
 from llmkit.viz import generation as vg  # noqa: E402
@@ -94,12 +94,14 @@ def test_timing_plots_are_titled_and_labelled():
     assert_titled_and_labelled(vg.plot_stream([0.05, 0.06, 0.07]))
     assert_titled_and_labelled(vg.plot_token_times([0.01, 0.002, 0.002], [0.01, 0.003, 0.004], prompt_tokens=4))
     assert_titled_and_labelled(vg.plot_context_costs([ContextCost(16, 0.01, 2**17), ContextCost(32, 0.02, 2**18)]))
-    cached = [Turn(1, 20, 0, 20, 5, 0.01, "a"), Turn(2, 40, 16, 24, 5, 0.01, "b")]
-    plain = [Turn(1, 20, 0, 20, 5, 0.01, "a"), Turn(2, 40, 0, 40, 5, 0.02, "b")]
-    fig = vg.plot_prompt_caching(cached, plain)
+    cached = [Turn(1, "a", Usage(20, 5, 0, 0.01)), Turn(2, "b", Usage(24, 5, 16, 0.01))]
+    plain = [Turn(1, "a", Usage(20, 5, 0, 0.01)), Turn(2, "b", Usage(40, 5, 0, 0.02))]
+    slower = [Turn(1, "a", Usage(20, 5, 0, 0.03)), Turn(2, "b", Usage(40, 5, 0, 0.04))]
+    fig = vg.plot_prompt_caching([cached], [plain, slower, plain])
     assert_titled_and_labelled(fig)
     heights = [bar.get_height() for bar in fig.axes[0].patches]
     assert heights == [0, 16, 20, 24]  # cached tokens per turn, then recomputed ones stacked on top
+    assert list(fig.axes[1].lines[0].get_ydata()) == pytest.approx([10, 20])  # the median run, in ms
     fig = vg.plot_read_costs([ReadCost(64, 0, 0.02), ReadCost(1, 63, 0.004), ReadCost(8, 56, 0.006)])
     assert_titled_and_labelled(fig)
     line, whole = fig.axes[0].lines

@@ -14,6 +14,7 @@ from llmkit.chat.client import Client  # noqa: E402
 from llmkit.model.transformer import ModelConfig  # noqa: E402
 from llmkit.course.tools import get_weather  # noqa: E402
 from llmkit.chat.trace import Bill, Trace  # noqa: E402
+from llmkit.course.profiling import median_time_to_first_token  # noqa: E402
 from llmkit.viz import trace as vt  # noqa: E402
 from scripted_model import ScriptedModel  # noqa: E402
 
@@ -43,7 +44,7 @@ def agent_like_trace() -> Trace:
     call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Pune", "day": "tomorrow"}}
     trace.add("request", t=0.0, request=1, id="msg_0001")
     trace.add("context", t=0.0, total=84, system=10, tools=55, history=0, new_message=19, dropped_messages=0)
-    trace.add("prefill", t=0.0, duration=0.010, input_tokens=20, cache_read_tokens=64)
+    trace.add("prefill", t=0.0, duration=0.010, input_tokens=20, cache_read_input_tokens=64)
     trace.add("thinking", t=0.010, tokens=16)
     trace.add("answer", t=0.010, duration=0.320, stop_reason="tool_use", text="", content=[call], output_tokens=64)
     trace.add("bill", t=0.330, bill=Bill(20, 64, 64))
@@ -51,7 +52,7 @@ def agent_like_trace() -> Trace:
     trace.add("tool_result", t=0.332, tokens=79, content='{"chance_of_rain_percent": 32}', is_error=False)
     trace.add("request", t=0.333, request=2, id="msg_0002")
     trace.add("context", t=0.333, total=230, system=10, tools=55, history=83, new_message=82, dropped_messages=0)
-    trace.add("prefill", t=0.333, duration=0.020, input_tokens=86, cache_read_tokens=144)
+    trace.add("prefill", t=0.333, duration=0.020, input_tokens=86, cache_read_input_tokens=144)
     trace.add("answer", t=0.353, duration=0.100, stop_reason="end_turn", text="No umbrella needed: 32% chance of rain.",
               content=[], output_tokens=21)
     trace.add("bill", t=0.453, bill=Bill(86, 144, 21))
@@ -70,12 +71,12 @@ def test_request_rows_agree_with_each_reply(tiny_client):
     for row, reply, messages in zip(rows, (first, second), (ask("My name is Ada."), history)):
         prompt = tiny_client.messages.render(messages=messages, system=SYSTEM)
         assert row.prompt_tokens == len(prompt) == row.system + row.tools + row.history + row.new_message
-        assert (row.input_tokens, row.cache_read_tokens, row.output_tokens) == (
+        assert (row.usage.input_tokens, row.usage.cache_read_input_tokens, row.usage.output_tokens) == (
             reply.usage.input_tokens, reply.usage.cache_read_input_tokens, reply.usage.output_tokens)
         assert row.bill == reply.bill and row.cost == reply.cost and row.stop_reason == reply.stop_reason
-        assert row.text == reply.text and row.billed_tokens == row.prompt_tokens + row.output_tokens
+        assert row.text == reply.text and row.billed_tokens == row.prompt_tokens + row.usage.output_tokens
     assert rows[0].history == 0 and rows[1].history > 0 and rows[1].system == rows[0].system > 0
-    assert rows[1].cache_read_tokens > 0  # the first request's prompt was reused
+    assert rows[1].usage.cache_read_input_tokens > 0  # the first request's prompt was reused
 
 
 def test_thinking_tokens_are_counted_per_request(tokenizer):
@@ -86,17 +87,17 @@ def test_thinking_tokens_are_counted_per_request(tokenizer):
     reply = client.messages.create(messages=ask("Weather?"), tools=[get_weather], max_tokens=30, temperature=0,
                                    trace=trace)
     (row,) = vt.request_rows(trace)
-    assert row.thinking_tokens == reply.usage.thinking_tokens > 0 and row.tools > 0
-    assert row.output_tokens == len(tokenizer.encode(written, allowed_special="all"))
+    assert row.usage.thinking_tokens == reply.usage.thinking_tokens > 0 and row.tools > 0
+    assert row.usage.output_tokens == len(tokenizer.encode(written, allowed_special="all"))
     lines = vt.itemised_bill([row]).splitlines()
-    assert lines[1].split()[3:5] == [str(row.thinking_tokens), str(row.output_tokens - row.thinking_tokens)]
+    assert lines[1].split()[3:5] == [str(row.usage.thinking_tokens), str(row.usage.output_tokens - row.usage.thinking_tokens)]
 
 
 def test_request_rows_skip_tool_events_and_refuse_incomplete_requests():
     rows = vt.request_rows(agent_like_trace())
-    assert [(r.number, r.stop_reason, r.prompt_tokens, r.thinking_tokens) for r in rows] == [
+    assert [(r.number, r.stop_reason, r.prompt_tokens, r.usage.thinking_tokens) for r in rows] == [
         (1, "tool_use", 84, 16), (2, "end_turn", 230, 0)]
-    assert rows[0].time_to_first_token == pytest.approx(0.010) and rows[1].decode_time == pytest.approx(0.100)
+    assert rows[0].usage.time_to_first_token == pytest.approx(0.010) and rows[1].decode_time == pytest.approx(0.100)
     assert vt.request_rows(Trace()) == []
     broken = Trace()
     broken.add("request", request=1, id="msg_0001")
@@ -110,19 +111,19 @@ def test_a_request_with_a_server_tool_adds_up_its_rounds():
     trace = Trace()
     trace.add("request", request=1, id="msg_0001")
     trace.add("context", total=60, system=5, tools=30, history=0, new_message=25)
-    trace.add("prefill", t=0.0, duration=0.01, input_tokens=60, cache_read_tokens=0)
+    trace.add("prefill", t=0.0, duration=0.01, input_tokens=60, cache_read_input_tokens=0)
     trace.add("thinking", t=0.01, tokens=5)
     trace.add("answer", t=0.01, duration=0.1, stop_reason="tool_use", text="", content=[], output_tokens=20)
     trace.add("tool_call", t=0.11, duration=0.002, name="web_search", input={"query": "Pune"}, is_error=False,
               server=True)
     trace.add("tool_result", tokens=40, content="rain", is_error=False, server=True)
-    trace.add("prefill", t=0.12, duration=0.02, input_tokens=44, cache_read_tokens=80)
+    trace.add("prefill", t=0.12, duration=0.02, input_tokens=44, cache_read_input_tokens=80)
     trace.add("answer", t=0.14, duration=0.05, stop_reason="end_turn", text="Take one.", content=[], output_tokens=6)
     trace.add("bill", bill=Bill(104, 80, 26))
     (row,) = vt.request_rows(trace)
-    assert (row.rounds, row.input_tokens, row.cache_read_tokens, row.output_tokens, row.thinking_tokens) == (
+    assert (row.rounds, row.usage.input_tokens, row.usage.cache_read_input_tokens, row.usage.output_tokens, row.usage.thinking_tokens) == (
         2, 104, 80, 26, 5)
-    assert row.stop_reason == "end_turn" and row.text == "Take one." and row.time_to_first_token == 0.01
+    assert row.stop_reason == "end_turn" and row.text == "Take one." and row.usage.time_to_first_token == 0.01
     assert "server tool" in vt.event_story(trace.of_kind("tool_call")[0])
     assert len(vt.plot_timeline(trace).axes[0].patches) == 6  # 2 prefills, 2 decodes, thinking, the tool run
 
@@ -133,17 +134,17 @@ def test_median_time_to_first_token_is_per_request():
         for number, s in enumerate(seconds, start=1):
             trace.add("request", request=number, id=f"msg_{number}")
             trace.add("context", total=5, system=1, tools=0, history=0, new_message=4)
-            trace.add("prefill", duration=s, input_tokens=5, cache_read_tokens=0)
+            trace.add("prefill", duration=s, input_tokens=5, cache_read_input_tokens=0)
             trace.add("answer", duration=0.1, stop_reason="end_turn", text="", output_tokens=1)
             trace.add("bill", bill=Bill(5, 0, 1))
         return vt.request_rows(trace)
 
     runs = [run(0.3, 0.1), run(0.1, 0.2), run(0.2, 0.9)]
-    assert vt.median_time_to_first_token(runs) == pytest.approx([0.2, 0.2])
+    assert median_time_to_first_token(runs) == pytest.approx([0.2, 0.2])
     with pytest.raises(ValueError, match="same number of requests"):
-        vt.median_time_to_first_token([run(0.1), run(0.1, 0.2)])
+        median_time_to_first_token([run(0.1), run(0.1, 0.2)])
     with pytest.raises(ValueError):
-        vt.median_time_to_first_token([])
+        median_time_to_first_token([])
 
 
 def test_the_itemised_bill_adds_up():

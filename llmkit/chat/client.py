@@ -14,9 +14,8 @@ Each call is stateless: the whole conversation is rendered into one row of token
 
 - **Context window.** The prompt must leave room for at least one new token. ``max_tokens`` is a
   budget, not a reservation: if the window fills first the reply stops with "context_window". A
-  prompt that does not fit is an error saying by how many tokens (``ContextWindowError``), or,
-  with ``context_policy="drop_oldest"``, the oldest whole turns are dropped (never the system
-  prompt or tools, never a tool result without its call) and ``Message.dropped`` lists them.
+  prompt that does not fit is a ``ContextWindowError``, or, with ``context_policy="drop_oldest"``,
+  the oldest whole turns are dropped and ``Message.dropped`` lists them (``llmkit.chat.context``).
 - **Thinking.** By default (``thinking=None`` or ``{"type": "enabled"}``) the model may write a
   thinking block first, as it was trained to. ``{"type": "disabled"}`` passes ``<|thinking|>``
   and ``<|end_thinking|>`` to ``generate`` as ``suppress_tokens`` (a score of minus infinity at
@@ -36,14 +35,10 @@ Each call is stateless: the whole conversation is rendered into one row of token
   for an offered tool's schema can be drawn, so every finished call parses and validates (one cut
   off by ``max_tokens`` is still cut off). ``constrain_tools=False`` shows what the model writes
   on its own.
-- **Server tools.** A ``Tool`` marked ``server`` (``@tool(server=True)``, e.g. ``web_search``) is
-  run by the client itself when the model calls it, inside the same request: the call and its
-  result go into the context as the chat template writes them, and the model generates again
-  (at most ``MAX_SERVER_CALLS`` runs; later calls get an error result). The reply holds
-  ``server_tool_use`` and ``server_tool_result`` blocks among the text, ``stop_reason`` is what
-  ended the last generation (never "tool_use" for a server call), and ``usage`` counts every
-  round: the context is read again after each result. A client tool's call still ends the turn
-  with "tool_use", for your code to run.
+- **Server tools.** A ``Tool`` marked ``server`` (``web_search``) is run by the client itself when
+  the model calls it, inside the same request (``llmkit.chat.server_tools``); ``usage`` counts every
+  round, since the context is read again after each result. A client tool's call still ends the
+  turn with "tool_use", for your code (or ``llmkit.chat.agent.run_agent``) to run.
 - **Prefill.** A trailing assistant message is continued; the reply holds only the new blocks.
 - **Sampling** defaults to temperature 1.0, as hosted APIs do; pass ``temperature=0`` for greedy.
 """
@@ -52,85 +47,23 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-import re
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
-from llmkit.chat.template import Rendered, parse_assistant, render, server_result_ids, stop_tokens
 from llmkit.chat.constrained import ToolCallConstraint
-from llmkit.generation.generate import PrefixCache, stream as generate_stream
-from llmkit.generation.sampling import SamplingParams
-from llmkit.chat.tools import Tool, run_tool_call
+from llmkit.chat.context import check_context_policy, context_parts, fit_context
+from llmkit.chat.message import ContentDelta, ContextWindowError, Message
+from llmkit.chat.server_tools import (MAX_SERVER_CALLS, SERVER_LIMIT_ERROR, label_server_calls, run_server_call,
+                                      server_call, server_tools)
+from llmkit.chat.template import Rendered, parse_assistant, render, server_result_ids, stop_tokens
 from llmkit.chat.trace import Bill, Prices, Trace
+from llmkit.checks import check_bool, check_int
+from llmkit.generation.generate import PrefixCache, Usage, check_stop_sequences, stream as generate_stream
+from llmkit.generation.sampling import SamplingParams
 
+__all__ = ["Client", "Messages", "Message", "ContentDelta", "ContextWindowError", "MAX_SERVER_CALLS",
+           "SERVER_LIMIT_ERROR"]
 DEFAULT_PREFIX_CACHE_BYTES = 64 * 2**20
-CONTEXT_POLICIES = ("error", "drop_oldest")
-MAX_SERVER_CALLS = 3  # server tool runs per request; later calls get an error result instead
-SERVER_LIMIT_ERROR = (f"refused: at most {MAX_SERVER_CALLS} server tool calls per request; "
-                      f"answer with the results you have")
-
-
-class ContextWindowError(ValueError):
-    """The request does not fit the model's context window; ``over_by`` tokens too many."""
-
-    def __init__(self, message: str, *, prompt_tokens: int, context_window: int):
-        super().__init__(message)
-        self.prompt_tokens, self.context_window = prompt_tokens, context_window
-        self.over_by = prompt_tokens - (context_window - 1)
-
-
-@dataclass
-class MessageUsage:
-    """Tokens of one request. The prompt is ``input_tokens + cache_read_input_tokens``;
-    ``output_tokens`` counts every generated token, thinking and the final stop token included."""
-
-    input_tokens: int
-    output_tokens: int
-    cache_read_input_tokens: int = 0
-    thinking_tokens: int = 0
-    time_to_first_token: float | None = None
-    server_tool_calls: int = 0  # server tool calls the client ran inside this request
-
-
-@dataclass
-class Message:
-    """The assistant's reply: content blocks, why it stopped, usage, cost and what was dropped."""
-
-    id: str
-    content: list[dict]
-    stop_reason: str
-    usage: MessageUsage
-    bill: Bill
-    stop_sequence: str | None = None
-    dropped: list[dict] = field(default_factory=list)  # messages the context policy left out
-    role: str = "assistant"
-
-    @property
-    def cost(self) -> float:
-        """Dollars, from the client's price table."""
-        return self.bill.total
-
-    @property
-    def text(self) -> str:
-        """The text blocks joined (thinking and tool calls left out)."""
-        return "".join(block["text"] for block in self.content if block["type"] == "text")
-
-    def to_param(self) -> dict:
-        """The reply as a message to append to the history you send next time."""
-        return {"role": "assistant", "content": copy.deepcopy(self.content)}
-
-
-@dataclass(frozen=True)
-class ContentDelta:
-    """A piece of the reply while streaming: new ``text`` for block ``index`` of ``type``
-    ("text", "thinking", "tool_use" or "server_tool_use", whose text is the raw JSON of the call,
-    or "server_tool_result", the result of a server tool the client ran). With server tools
-    offered, a call is streamed once its name is written, so its type says who will run it."""
-
-    index: int
-    type: str
-    text: str
 
 
 @dataclass
@@ -182,6 +115,8 @@ class Client:
         self.model, self.tokenizer = model, tokenizer
         self.prices = prices or Prices()
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
+        # the token loop, with ``generate.stream``'s signature; a server swaps in its batching engine's
+        self.token_stream = generate_stream
         self.stop_tokens = stop_tokens(tokenizer)
         self.conversations: dict[str, tuple[str | None, list, list[dict]]] = {}
         self._numbers = itertools.count(1)
@@ -245,21 +180,16 @@ class Messages:
     # --- preparing the request --------------------------------------------------------------
     def _prepare(self, messages, max_tokens, system, tools, stop_sequences, thinking, seed, sampling,
                  cache, previous_id, context_policy, trace) -> _Request:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be a whole number >= 1, got {max_tokens!r}")
+        check_int("max_tokens", max_tokens, minimum=1)
         if not isinstance(messages, list):
             raise TypeError(f"messages must be a list of {{'role', 'content'}} dicts, got {type(messages).__name__}")
-        if context_policy not in CONTEXT_POLICIES:
-            raise ValueError(f"context_policy must be one of {CONTEXT_POLICIES}, got {context_policy!r}")
+        check_context_policy(context_policy)
         if trace is not None and not isinstance(trace, Trace):
             raise TypeError(f"trace must be an llmkit.chat.trace.Trace or None, got {type(trace).__name__}")
-        if not isinstance(cache, bool):
-            raise TypeError(f"cache must be True or False, got {cache!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int or None, got {seed!r}")
-        stop_sequences = () if stop_sequences is None else stop_sequences
-        if not isinstance(stop_sequences, (list, tuple)) or not all(isinstance(s, str) and s for s in stop_sequences):
-            raise TypeError(f"stop_sequences must be a list of non-empty strings, got {stop_sequences!r}")
+        check_bool("cache", cache)
+        if seed is not None:
+            check_int("seed", seed)
+        stop_sequences = check_stop_sequences(() if stop_sequences is None else stop_sequences, self._client.tokenizer)
         thinking_on = _thinking_enabled(thinking)
         if tools is not None and not isinstance(tools, (list, tuple)):
             raise TypeError(f"tools must be a list of Tool objects or tool definitions, got {type(tools).__name__}")
@@ -279,33 +209,18 @@ class Messages:
         messages = copy.deepcopy(messages)
 
         try:
-            rendered = self._render(system, tools, messages)  # checks every message
+            self._render(system, tools, messages)  # checks every message
         except (TypeError, ValueError) as exc:
             if previous_id is None:
                 raise
             stored = len(self._client.conversations[previous_id][2])
             raise type(exc)(f"{exc} (message indices count the {stored} stored messages of previous_id "
                             f"first: your messages start at messages[{stored}])") from None
-        dropped: list[dict] = []
-        limit = self._client.context_window - 1  # at least one new token must fit
-        while len(rendered) > limit:
-            over = len(rendered) - limit
-            cut = _next_turn_start(messages)
-            if context_policy == "error" or cut is None:
-                hint = ("pass context_policy='drop_oldest' to drop the oldest turns, or shorten the messages"
-                        if cut is not None else "even the newest turn alone is too long; shorten it, the system "
-                        "prompt or the tools")
-                raise ContextWindowError(
-                    f"the prompt is {len(rendered)} tokens but the context window is {self._client.context_window} "
-                    f"and one token must be left for the reply: over by {over} tokens; {hint}",
-                    prompt_tokens=len(rendered), context_window=self._client.context_window)
-            dropped += messages[:cut]
-            messages = messages[cut:]
-            rendered = self._render(system, tools, messages)
-
+        messages, dropped, rendered = fit_context(lambda kept: self._render(system, tools, kept), messages,
+                                                  self._client.context_window, context_policy)
         history = len(self._render(system, tools, messages[:-1], add_generation_prompt=False))
         return _Request(system, tools, messages, dropped, rendered, history, max_tokens, sampling,
-                        tuple(stop_sequences), seed, cache, messages[-1]["role"] == "assistant", thinking_on, trace)
+                        stop_sequences, seed, cache, messages[-1]["role"] == "assistant", thinking_on, trace)
 
     def _render(self, system, tools, messages, add_generation_prompt: bool = True) -> Rendered:
         return render(self._client.tokenizer, messages, tools=tools, system=system,
@@ -318,10 +233,10 @@ class Messages:
         message_id, tool_use_id = f"msg_{number:04d}", f"toolu_{number:04d}"
         if trace is not None:
             trace.add("request", request=number, id=message_id)
-            trace.add("context", **_context_parts(request))
+            trace.add("context", **context_parts(request.rendered, request.history_tokens, len(request.dropped)))
         special = client.tokenizer.special_tokens
         banned = () if request.thinking else (special["<|thinking|>"], special["<|end_thinking|>"])
-        servers = _server_tools(request.tools)
+        servers = server_tools(request.tools)
         holdback = max((len(s) for s in request.stop_sequences), default=1) - 1
         prompt, content, rounds = list(request.rendered.ids), [], []
         sent: list[int] = []  # characters already streamed, per block
@@ -330,7 +245,7 @@ class Messages:
             round_started = trace.now() if trace is not None else 0.0
             spent = sum(r.generation.usage.output_tokens for r in rounds)
             seed = None if request.seed is None else request.seed + len(rounds)
-            events = generate_stream(
+            events = client.token_stream(
                 client.model, prompt, max_new_tokens=request.max_tokens - spent, sampling=request.sampling,
                 stop_tokens=client.stop_tokens.end_turn, tool_stop_tokens=client.stop_tokens.tool_use,
                 stop_sequences=request.stop_sequences, tokenizer=client.tokenizer, seed=seed,
@@ -343,13 +258,13 @@ class Messages:
                     # sequence, the text it adds is cut, and so it must not have been sent yet
                     if tokens:
                         blocks = parse_assistant(client.tokenizer, tokens, tool_use_id=tool_use_id)
-                        yield from _deltas(content + _label_server_calls(blocks, servers), sent, holdback)
+                        yield from _deltas(content + label_server_calls(blocks, servers), sent, holdback)
                     tokens.append(event.token)
                 else:
                     generation = event.generation
             rounds.append(_Round(generation, tokens, round_started))
             blocks = _final_content(generation, tokens, client.tokenizer, tool_use_id)
-            call = _server_call(generation, blocks, servers)
+            call = server_call(generation.stop_reason, blocks, servers)
             if trace is not None:
                 _record_round(trace, rounds[-1], blocks, client.tokenizer)
             if call is None:
@@ -357,8 +272,8 @@ class Messages:
                 stop_reason = generation.stop_reason
                 break
             calls = sum(block["type"] == "server_tool_use" for block in content)
-            use, result = _run_server_call(call, servers, calls, f"srvtoolu_{number:04d}_{calls + 1}", trace,
-                                           client.tokenizer)
+            use, result = run_server_call(call, servers, calls, f"srvtoolu_{number:04d}_{calls + 1}", trace,
+                                          client.tokenizer)
             content += blocks[:-1] + [use, result]
             yield from _deltas(content, sent, 0, final=True)
             prompt += tokens + server_result_ids(client.tokenizer, result)
@@ -406,19 +321,6 @@ def _check_tool_names(tools: list) -> None:
     repeated = sorted({name for name in names if name is not None and names.count(name) > 1})
     if repeated:
         raise ValueError(f"tools has more than one tool named {repeated}; the model could not tell them apart")
-
-
-def _next_turn_start(messages: list[dict]) -> int | None:
-    """Where the second turn starts: the next user message that is not a tool result (dropping a
-    tool call without its result, or a result without its call, would break the conversation).
-    None if the newest turn is the only one."""
-    for index in range(1, len(messages)):
-        message = messages[index]
-        is_result = isinstance(message["content"], list) and any(
-            block.get("type") == "tool_result" for block in message["content"])
-        if message["role"] == "user" and not is_result:
-            return index
-    return None
 
 
 def _block_text(block: dict) -> str | None:
@@ -492,21 +394,13 @@ def _with_reply(request: _Request, content: list[dict]) -> list[dict]:
     return messages
 
 
-def _context_parts(request: _Request) -> dict:
-    roles = request.rendered.roles
-    system, tools = roles.count("system"), roles.count("tools")
-    history = request.history_tokens - system - tools
-    return dict(total=len(roles), system=system, tools=tools, history=history,
-                new_message=len(roles) - system - tools - history, dropped_messages=len(request.dropped))
-
-
 def _record_round(trace: Trace, round: _Round, blocks: list[dict], tokenizer) -> None:
     """One generation's events: its prefill, thinking and decode ("answer"; a round that ended in a
     server tool call has stop reason "tool_use", and the client's run of the tool follows it)."""
     usage, started = round.generation.usage, round.started
     first = usage.time_to_first_token or 0.0
     trace.add("prefill", t=started, duration=first, input_tokens=usage.input_tokens,
-              cache_read_tokens=usage.cache_read_tokens)
+              cache_read_input_tokens=usage.cache_read_input_tokens)
     thinking = _thinking_token_count(round.tokens, tokenizer)
     if thinking:
         trace.add("thinking", t=started + first, tokens=thinking)
@@ -515,8 +409,6 @@ def _record_round(trace: Trace, round: _Round, blocks: list[dict], tokenizer) ->
               stop_reason=round.generation.stop_reason, text=text, content=copy.deepcopy(blocks),
               output_tokens=usage.output_tokens)
 
-
-# --- server tools ---------------------------------------------------------------------------------------
 
 @dataclass
 class _Round:
@@ -527,84 +419,16 @@ class _Round:
     started: float  # trace time when it began (0.0 without a trace)
 
 
-def _server_tools(tools: list) -> dict[str, Tool]:
-    """The offered tools the client runs itself: ``Tool`` objects marked ``server`` (a bare
-    definition dict has no function to run, so it is always a client tool)."""
-    return {item.name: item for item in tools if isinstance(item, Tool) and item.server}
-
-
-def _written_name(raw: str) -> str | None:
-    """The tool name at the start of a call's raw JSON, once the model has written it."""
-    match = re.match(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"', raw)
-    return match.group(1) if match else None
-
-
-def _call_name(block: dict) -> str | None:
-    return block["name"] or (_written_name(block["input"]) if isinstance(block["input"], str) else None)
-
-
-def _label_server_calls(blocks: list[dict], servers: dict[str, Tool]) -> list[dict]:
-    """For streaming: a tool call to a server tool is shown as "server_tool_use"; while no name is
-    written yet (and server tools are offered) the call is held back, since its type is unknown."""
-    if not servers:
-        return blocks
-    labelled = []
-    for block in blocks:
-        if block["type"] == "tool_use":
-            name = _call_name(block)
-            if name in servers:
-                block = {**block, "type": "server_tool_use"}
-            elif name is None and isinstance(block["input"], str):
-                block = {**block, "input": ""}
-        labelled.append(block)
-    return labelled
-
-
-def _server_call(generation, blocks: list[dict], servers: dict[str, Tool]) -> dict | None:
-    """The tool_use block that ended this generation, if it calls a server tool (else None)."""
-    if generation.stop_reason != "tool_use" or not blocks or blocks[-1]["type"] != "tool_use":
-        return None
-    return blocks[-1] if _call_name(blocks[-1]) in servers else None
-
-
-def _run_server_call(call: dict, servers: dict[str, Tool], earlier: int, call_id: str,
-                     trace: Trace | None, tokenizer) -> tuple[dict, dict]:
-    """Run one server tool call: its ``server_tool_use`` block and ``server_tool_result`` block.
-
-    Like a harness answering a client call, every failure (a malformed call, bad arguments, the tool
-    raising or hanging) becomes an error result the model reads; past ``MAX_SERVER_CALLS`` calls in
-    one request the call is refused the same way, so a model that keeps searching cannot loop.
-    """
-    name = _call_name(call)
-    use = {"type": "server_tool_use", "id": call_id, "name": name, "input": copy.deepcopy(call["input"])}
-    started = time.perf_counter()
-    t = trace.now() if trace is not None else 0.0
-    if earlier >= MAX_SERVER_CALLS:
-        content, is_error = SERVER_LIMIT_ERROR, True
-    elif "error" in call:  # the template could not read the call (bad JSON, wrong shape)
-        content, is_error = call["error"], True
-    else:
-        outcome = run_tool_call(list(servers.values()), name, call["input"], tool_use_id=call_id)
-        content, is_error = outcome["content"], outcome["is_error"]
-    result = {"type": "server_tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}
-    if trace is not None:
-        trace.add("tool_call", t=t, duration=time.perf_counter() - started, name=name, input=use["input"],
-                  is_error=is_error, server=True)
-        tokens = len(tokenizer.encode(content, disallowed_special=()))
-        trace.add("tool_result", tokens=tokens, content=content, is_error=is_error, server=True)
-    return use, result
-
-
-def _message_usage(rounds: list[_Round], content: list[dict], tokenizer) -> MessageUsage:
+def _message_usage(rounds: list[_Round], content: list[dict], tokenizer) -> Usage:
     """The request's usage: every round's prefilled and cached input tokens and its output tokens.
 
     After a server tool call the model reads its context again, now with the call and the result
     in it, so a request with one server call prefills (or reads from the cache) two prompts; a
     hosted API bills each of those sampling rounds the same way."""
     usages = [r.generation.usage for r in rounds]
-    return MessageUsage(
+    return Usage(
         input_tokens=sum(u.input_tokens for u in usages), output_tokens=sum(u.output_tokens for u in usages),
-        cache_read_input_tokens=sum(u.cache_read_tokens for u in usages),
+        cache_read_input_tokens=sum(u.cache_read_input_tokens for u in usages),
         thinking_tokens=sum(_thinking_token_count(r.tokens, tokenizer) for r in rounds),
         time_to_first_token=usages[0].time_to_first_token,
         server_tool_calls=min(sum(block["type"] == "server_tool_use" for block in content), MAX_SERVER_CALLS))

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmkit.checks import check_number
+
 PER_MILLION = 1_000_000
 
 
@@ -30,10 +32,8 @@ class Prices:
     cache_read: float = 0.2
 
     def __post_init__(self) -> None:
-        for name in ("input", "output", "cache_read"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"Prices.{name} must be a number of dollars per million tokens >= 0, got {value!r}")
+        for name in ("input", "output", "cache_read"):  # dollars per million tokens
+            check_number(f"Prices.{name}", getattr(self, name), minimum=0)
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,14 @@ class Bill:
     """What a request (or several, added with ``+``) cost: input, cache read and output lines."""
 
     input_tokens: int = 0
-    cache_read_tokens: int = 0
+    cache_read_input_tokens: int = 0
     output_tokens: int = 0
     prices: Prices = field(default_factory=Prices)
 
     @property
     def lines(self) -> list[BillLine]:
         return [BillLine("input", self.input_tokens, self.prices.input),
-                BillLine("cache read", self.cache_read_tokens, self.prices.cache_read),
+                BillLine("cache read", self.cache_read_input_tokens, self.prices.cache_read),
                 BillLine("output", self.output_tokens, self.prices.output)]
 
     @property
@@ -73,7 +73,8 @@ class Bill:
             return NotImplemented
         if other.prices != self.prices:
             raise ValueError("these bills use different price tables; add bills priced the same way")
-        return Bill(self.input_tokens + other.input_tokens, self.cache_read_tokens + other.cache_read_tokens,
+        return Bill(self.input_tokens + other.input_tokens,
+                    self.cache_read_input_tokens + other.cache_read_input_tokens,
                     self.output_tokens + other.output_tokens, self.prices)
 
     def __str__(self) -> str:
@@ -150,7 +151,7 @@ def _describe(event: Event) -> str:
         dropped = f"; dropped {d['dropped_messages']} old message(s)" if d.get("dropped_messages") else ""
         return f"{d['total']} tokens = {parts}{dropped}"
     if event.kind == "prefill":
-        return (f"{d['input_tokens']} tokens prefilled, {d['cache_read_tokens']} from the cache; "
+        return (f"{d['input_tokens']} tokens prefilled, {d['cache_read_input_tokens']} from the cache; "
                 f"first token after {event.duration * 1000:.1f} ms")
     if event.kind == "thinking":
         return f"{d['tokens']} thinking tokens"

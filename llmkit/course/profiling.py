@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
-from llmkit.generation.generate import PrefixCache, StopEvent, generate, stream
+from llmkit.generation.generate import PrefixCache, StopEvent, Usage, generate, stream
 from llmkit.model.transformer import Transformer
 from llmkit.generation.sampling import SamplingParams
 
@@ -131,21 +131,20 @@ def read_costs(model: Transformer, prompt_ids: Sequence[int], read_counts: Seque
                 generate(model, prompt[:len(prompt) - n], max_new_tokens=1, prefix_cache=prefix_cache)
             usage = generate(model, prompt, max_new_tokens=1, prefix_cache=prefix_cache).usage
             times.append(usage.time_to_first_token)
-        costs.append(ReadCost(usage.input_tokens, usage.cache_read_tokens, statistics.median(times)))
+        costs.append(ReadCost(usage.input_tokens, usage.cache_read_input_tokens, statistics.median(times)))
     return costs
 
 
 @dataclass(frozen=True)
 class Turn:
-    """One request of a conversation whose whole history is sent again every turn."""
+    """One request of a conversation whose whole history is sent again every turn: its number,
+    the reply, and its ``Usage`` (the whole history is ``usage.prompt_tokens``; of it,
+    ``usage.cache_read_input_tokens`` came from the prefix cache and ``usage.input_tokens`` were
+    recomputed)."""
 
     turn: int
-    prompt_tokens: int  # the whole history plus the new message
-    cache_read_tokens: int  # served from the prefix cache
-    input_tokens: int  # recomputed (prefilled) in this request
-    output_tokens: int
-    time_to_first_token: float
     reply: str
+    usage: Usage
 
 
 def replay_conversation(model: Transformer, tokenizer, messages: Sequence[str], *,
@@ -167,8 +166,16 @@ def replay_conversation(model: Transformer, tokenizer, messages: Sequence[str], 
         result = generate(model, prompt, max_new_tokens=max_new_tokens, tokenizer=tokenizer,
                           stop_sequences=stop_sequences, prefix_cache=prefix_cache, sampling=sampling,
                           seed=seed + number)
-        usage = result.usage
-        turns.append(Turn(number, usage.prompt_tokens, usage.cache_read_tokens, usage.input_tokens,
-                          usage.output_tokens, usage.time_to_first_token, result.text))
+        turns.append(Turn(number, result.text, result.usage))
         history = prompt + result.tokens
     return turns, history
+
+
+def median_time_to_first_token(runs: Sequence[Sequence[Any]]) -> list[float]:
+    """Per request, the median time to first token over several runs of the same requests (each
+    run a list of rows with a ``usage``: ``Turn``, ``llmkit.viz.trace.RequestRow``). Timings on a
+    shared machine are noisy; the median of a few runs is steadier than any one."""
+    if not runs or len({len(run) for run in runs}) != 1:
+        raise ValueError(f"runs must be one or more runs with the same number of requests, got lengths "
+                         f"{[len(run) for run in runs]}")
+    return [statistics.median(run[i].usage.time_to_first_token for run in runs) for i in range(len(runs[0]))]

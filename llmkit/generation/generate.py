@@ -7,8 +7,15 @@
 
 The KV cache (llmkit.model.kvcache) keeps every earlier token's keys and values, so a decode step only
 computes the new token's; ``use_cache=False`` recomputes the whole sequence at every step, for
-comparison. ``PrefixCache`` (llmkit.generation.prefix_cache) carries the same idea across requests (prompt caching): a request that
-starts with tokens seen before copies their keys and values instead of recomputing them.
+comparison. ``PrefixCache`` (llmkit.generation.prefix_cache) carries the same idea across requests
+(prompt caching): a request that starts with tokens seen before copies their keys and values
+instead of recomputing them.
+
+Which code runs the model is decided once per request, when it starts: the fast decode path
+(``llmkit.model.fast``, the same logits bit for bit, less per-step overhead) unless the model is in
+training mode, has a forward hook, or has an explicit or swapped-in layer; then the modules of
+``llmkit.model.transformer`` run, so hooks see every step. The loop itself always runs in eval
+mode (no dropout) and gives every module its own mode back at the end.
 
 Two options rule tokens out before each draw (``llmkit.generation.sampling.mask_tokens``): ``suppress_tokens``
 never lets some ids be drawn (the client bans the thinking markers this way), and ``constraint``
@@ -27,10 +34,12 @@ from typing import Callable, ClassVar, Collection, Iterable, Iterator, Sequence
 
 import torch
 
+from llmkit.checks import check_bool, check_int
+from llmkit.generation.prefix_cache import PrefixCache
+from llmkit.generation.sampling import GREEDY, SamplingParams, TokenConstraint, make_generator, mask_tokens, sample_batch
+from llmkit.model.fast import FastModel, fast_path
 from llmkit.model.kvcache import KVCache
 from llmkit.model.transformer import Transformer
-from llmkit.generation.prefix_cache import PrefixCache, PrefixCacheStats  # noqa: F401 (re-exported: llmkit.generation.generate.PrefixCache)
-from llmkit.generation.sampling import GREEDY, SamplingParams, TokenConstraint, make_generator, mask_tokens, sample_batch
 
 STOP_REASONS = ("end_turn", "max_tokens", "stop_sequence", "tool_use", "context_window")
 
@@ -177,38 +186,12 @@ def stream(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_
 
     The arguments are checked now, so a mistake raises here rather than at the first ``next()``.
     """
-    prompt = _check_prompt(model, prompt_ids)
-    params = GREEDY if sampling is None else sampling
-    if not isinstance(params, SamplingParams):
-        raise TypeError(f"sampling must be a SamplingParams (or None for greedy), got {type(params).__name__}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a whole number >= 1, got {num_samples!r}")
-    end_turn = _check_token_set(stop_tokens, "stop_tokens", model)
-    tool_use = _check_token_set(tool_stop_tokens, "tool_stop_tokens", model)
-    if end_turn & tool_use:
-        raise ValueError(f"token(s) {sorted(end_turn & tool_use)} are in both stop_tokens and tool_stop_tokens; "
-                         "each stop token means one stop reason")
-    stops = _check_stop_sequences(stop_sequences, tokenizer)
-    suppressed = _check_token_set(suppress_tokens, "suppress_tokens", model)
-    if len(suppressed) == model.config.vocab_size:
-        raise ValueError("suppress_tokens holds every token of the vocabulary, so nothing could be generated")
-    if constraint is not None and not callable(constraint):
-        raise TypeError("constraint must be a function that returns a new TokenConstraint (one per sample), e.g. "
-                        f"functools.partial(ToolCallConstraint, tokenizer, tools); got {type(constraint).__name__}")
-    if tokenizer is not None and tokenizer.vocab_size < model.config.vocab_size:
-        raise ValueError(f"the model scores {model.config.vocab_size} tokens but the tokenizer knows only "
-                         f"{tokenizer.vocab_size}, so some tokens could not be decoded; use the tokenizer "
-                         "the model was trained with")
-    if prefix_cache is not None and not use_cache:
-        raise ValueError("prefix_cache reuses KV-cache entries, so it needs use_cache=True")
-    if prefix_cache is not None and not isinstance(prefix_cache, PrefixCache):
-        raise TypeError(f"prefix_cache must be a PrefixCache, got {type(prefix_cache).__name__}")
-    loop = _Loop(model, prompt, max_new_tokens, params, end_turn, tool_use, stops, tokenizer, seed,
-                 use_cache, prefix_cache, num_samples, keep_logits)
-    loop.restrict(suppressed, _make_constraints(constraint, num_samples))
-    return loop.run()
+    request = _check_request(model, prompt_ids, max_new_tokens=max_new_tokens, sampling=sampling,
+                             stop_tokens=stop_tokens, tool_stop_tokens=tool_stop_tokens,
+                             stop_sequences=stop_sequences, tokenizer=tokenizer, seed=seed, use_cache=use_cache,
+                             prefix_cache=prefix_cache, num_samples=num_samples, keep_logits=keep_logits,
+                             suppress_tokens=suppress_tokens, constraint=constraint)
+    return _Loop(model, request).run()
 
 
 def next_token_logits(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
@@ -223,6 +206,61 @@ def next_token_logits(model: Transformer, prompt_ids: Sequence[int] | torch.Tens
 
 
 # --- checking the request ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Request:
+    """One request's arguments, checked and in the forms the loop uses."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    params: SamplingParams
+    end_turn: frozenset[int]
+    tool_use: frozenset[int]
+    stops: tuple[str, ...]
+    tokenizer: object
+    seed: int | None
+    use_cache: bool
+    prefix_cache: PrefixCache | None
+    num_samples: int
+    keep_logits: bool
+    suppressed: frozenset[int]
+    constraints: list[TokenConstraint] | None
+
+
+def _check_request(model: Transformer, prompt_ids, *, max_new_tokens, sampling, stop_tokens, tool_stop_tokens,
+                   stop_sequences, tokenizer, seed, use_cache, prefix_cache, num_samples, keep_logits,
+                   suppress_tokens, constraint) -> _Request:
+    """Every argument of ``stream`` checked, each with an error that names it and the fix."""
+    prompt = _check_prompt(model, prompt_ids)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
+    num_samples = check_int("num_samples", num_samples, minimum=1)
+    use_cache, keep_logits = check_bool("use_cache", use_cache), check_bool("keep_logits", keep_logits)
+    params = GREEDY if sampling is None else sampling
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"sampling must be a SamplingParams (or None for greedy), got {type(params).__name__}")
+    end_turn = _check_token_set(stop_tokens, "stop_tokens", model)
+    tool_use = _check_token_set(tool_stop_tokens, "tool_stop_tokens", model)
+    if end_turn & tool_use:
+        raise ValueError(f"token(s) {sorted(end_turn & tool_use)} are in both stop_tokens and tool_stop_tokens; "
+                         "each stop token means one stop reason")
+    suppressed = _check_token_set(suppress_tokens, "suppress_tokens", model)
+    if len(suppressed) == model.config.vocab_size:
+        raise ValueError("suppress_tokens holds every token of the vocabulary, so nothing could be generated")
+    if constraint is not None and not callable(constraint):
+        raise TypeError("constraint must be a function that returns a new TokenConstraint (one per sample), e.g. "
+                        f"functools.partial(ToolCallConstraint, tokenizer, tools); got {type(constraint).__name__}")
+    if tokenizer is not None and tokenizer.vocab_size < model.config.vocab_size:
+        raise ValueError(f"the model scores {model.config.vocab_size} tokens but the tokenizer knows only "
+                         f"{tokenizer.vocab_size}, so some tokens could not be decoded; use the tokenizer "
+                         "the model was trained with")
+    if prefix_cache is not None and not isinstance(prefix_cache, PrefixCache):
+        raise TypeError(f"prefix_cache must be a PrefixCache, got {type(prefix_cache).__name__}")
+    if prefix_cache is not None and not use_cache:
+        raise ValueError("prefix_cache reuses KV-cache entries, so it needs use_cache=True")
+    stops = check_stop_sequences(stop_sequences, tokenizer)
+    return _Request(prompt, max_new_tokens, params, end_turn, tool_use, stops, tokenizer, seed, use_cache,
+                    prefix_cache, num_samples, keep_logits, suppressed, _make_constraints(constraint, num_samples))
+
 
 def _check_prompt(model: Transformer, prompt_ids) -> list[int]:
     if isinstance(prompt_ids, str):
@@ -276,7 +314,8 @@ def _make_constraints(constraint, n: int) -> list[TokenConstraint] | None:
     return made
 
 
-def _check_stop_sequences(stop_sequences, tokenizer) -> tuple[str, ...]:
+def check_stop_sequences(stop_sequences, tokenizer) -> tuple[str, ...]:
+    """``stop_sequences`` as a tuple of non-empty strings (checked once, here, for every caller)."""
     if isinstance(stop_sequences, str):
         raise TypeError(f"stop_sequences must be a list of strings, e.g. [{stop_sequences!r}], not one string")
     stops = tuple(stop_sequences)
@@ -407,28 +446,29 @@ class _Stopwatch:
 class _Loop:
     """Prefill once, then sample -> append -> decode until every sample has a stop reason."""
 
-    def __init__(self, model, prompt, max_new_tokens, params, end_turn, tool_use, stops, tokenizer, seed,
-                 use_cache, prefix_cache, n, keep_logits):
-        self.model, self.prompt, self.max_new_tokens, self.params = model, prompt, max_new_tokens, params
-        self.end_turn, self.tool_use, self.use_cache, self.prefix_cache = end_turn, tool_use, use_cache, prefix_cache
-        self.n, self.keep_logits = n, keep_logits
-        self.steps = min(max_new_tokens, model.config.context_length - len(prompt))  # the most we can take
-        self.generator = None if params.greedy else make_generator(seed, model.device)
-        self.samples = [_Sample(i, _TextStream(tokenizer, stops) if tokenizer is not None else None) for i in range(n)]
+    def __init__(self, model: Transformer, request: _Request):
+        self.model, self.prompt, self.max_new_tokens = model, request.prompt, request.max_new_tokens
+        self.params, self.end_turn, self.tool_use = request.params, request.end_turn, request.tool_use
+        self.use_cache, self.prefix_cache = request.use_cache, request.prefix_cache
+        self.n, self.keep_logits = request.num_samples, request.keep_logits
+        self.steps = min(self.max_new_tokens, model.config.context_length - len(self.prompt))  # the most we can take
+        self.generator = None if self.params.greedy else make_generator(request.seed, model.device)
+        tokenizer = request.tokenizer
+        self.samples = [_Sample(i, _TextStream(tokenizer, request.stops) if tokenizer is not None else None)
+                        for i in range(self.n)]
         self.suppressed: torch.Tensor | None = None  # (vocab,) True where a token is never drawn, on the CPU
         self.suppressed_here: torch.Tensor | None = None  # the same on the model's device
-        self.constrained = False
-
-    def restrict(self, suppressed: frozenset[int], constraints: list[TokenConstraint] | None) -> None:
-        """Rule out ``suppressed`` at every step, and give each sample its constraint (if any)."""
-        if suppressed:
-            self.suppressed = torch.zeros(self.model.config.vocab_size, dtype=torch.bool)
-            self.suppressed[sorted(suppressed)] = True
-            self.suppressed_here = self.suppressed.to(self.model.device)
-        if constraints is not None:
-            self.constrained = True
-            for sample, constraint in zip(self.samples, constraints):
-                sample.constraint = constraint
+        if request.suppressed:
+            self.suppressed = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+            self.suppressed[sorted(request.suppressed)] = True
+            self.suppressed_here = self.suppressed.to(model.device)
+        self.constrained = request.constraints is not None
+        for sample, constraint in zip(self.samples, request.constraints or ()):
+            sample.constraint = constraint
+        # the fast decode path, or the modules themselves: chosen once, here (llmkit.model.fast)
+        self.runner: Transformer | FastModel = model
+        if self.use_cache:
+            self.runner = fast_path(model) or model
 
     def run(self) -> Iterator[TokenEvent | StopEvent]:
         model, n, p = self.model, self.n, len(self.prompt)
@@ -472,7 +512,7 @@ class _Loop:
                     break
                 with torch.inference_mode():  # one forward pass for the token(s) just chosen
                     if cache is not None:
-                        logits = model.step(chosen, cache)
+                        logits = self.runner.step(chosen, cache)
                     else:
                         logits = model(sequence[:, :p + step + 1], last_only=True)[:, -1]
             finished_at = clock.elapsed()
@@ -517,7 +557,7 @@ class _Loop:
             cache_read = self.prefix_cache.load(model, self.prompt, cache)
         # only the tokens the prefix cache did not serve become a tensor (a long list is slow to convert)
         unread = torch.tensor([self.prompt[cache_read:]], device=model.device)
-        logits = model(unread, cache=cache, last_only=True)[:, -1]
+        logits = self.runner(unread, cache=cache, last_only=True)[:, -1]
         if self.n > 1:
             cache = _repeat_rows(model, cache, self.n)
         return cache, cache_read, logits.expand(self.n, -1)

@@ -21,7 +21,8 @@ from itertools import accumulate
 
 from llmkit.chat.template import Rendered
 from llmkit.viz.first_taste import show_piece
-from llmkit.viz.trace import RequestRow, median_time_to_first_token
+from llmkit.course.profiling import median_time_to_first_token
+from llmkit.viz.trace import RequestRow
 
 ROLE_COLOURS = {"system": "#e2d9f3", "tools": "#fff3cd", "user": "#cce5ff", "tool_result": "#d1ecf1",
                 "assistant": "#d4edda"}
@@ -243,7 +244,7 @@ GROWTH_PARTS = (("system + tools", "#b39ddb"), ("earlier messages", "#adb5bd"), 
 
 def _growth_parts(row: RequestRow) -> dict[str, int]:
     return {"system + tools": row.system + row.tools, "earlier messages": row.history,
-            "new message": row.new_message, "reply": row.output_tokens}
+            "new message": row.new_message, "reply": row.usage.output_tokens}
 
 
 def _check_rows(rows: Sequence[RequestRow], context_window: int) -> None:
@@ -307,7 +308,7 @@ def context_fill_html(row: RequestRow, context_window: int) -> str:
         if tokens:
             segments.append(f'<div title="{html.escape(part)}: {tokens} tokens" style="width:'
                             f'{100 * tokens / context_window:.2f}%;background:{colour}"></div>')
-    used = row.prompt_tokens + row.output_tokens
+    used = row.billed_tokens
     legend = " ".join(f'<span style="background:{colour};padding:0 4px;border-radius:3px">{html.escape(part)} '
                       f'{_growth_parts(row)[part]}</span>' for part, colour in GROWTH_PARTS)
     return (f'<div style="display:flex;height:22px;border:1px solid #333;background:#fff;max-width:640px">'
@@ -325,7 +326,7 @@ def chat_growth_slider(rows: Sequence[RequestRow], context_window: int, *, turn:
         row = rows[turns - 1]
         so_far = sum(r.cost for r in rows[:turns])
         return (f"<p>Turn <b>{row.number}</b>: the request carries <b>{row.prompt_tokens}</b> tokens for a "
-                f"{row.new_message}-token new message; the reply adds {row.output_tokens} "
+                f"{row.new_message}-token new message; the reply adds {row.usage.output_tokens} "
                 f"(stop reason {html.escape(row.stop_reason)}). This turn costs ${row.cost:.6f}; the "
                 f"conversation so far ${so_far:.6f}.</p>" + context_fill_html(row, context_window))
 
@@ -346,8 +347,9 @@ def plot_caching(cached_runs: Sequence[Sequence[RequestRow]], uncached_runs: Seq
     rows, plain = cached_runs[0], uncached_runs[0]
     turns = [row.number for row in rows]
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(12, 3.5))
-    left.bar(turns, [r.cache_read_tokens for r in rows], color="tab:green", label="read from the cache")
-    left.bar(turns, [r.input_tokens for r in rows], bottom=[r.cache_read_tokens for r in rows], color="tab:red",
+    cached_tokens = [r.usage.cache_read_input_tokens for r in rows]
+    left.bar(turns, cached_tokens, color="tab:green", label="read from the cache")
+    left.bar(turns, [r.usage.input_tokens for r in rows], bottom=cached_tokens, color="tab:red",
              label="computed (prefill)")
     left.set_xlabel("turn")
     left.set_ylabel("prompt tokens")

@@ -15,7 +15,7 @@ import torch
 
 from llmkit.generation.generate import generate
 from llmkit.model.transformer import Transformer
-from llmkit.course.profiling import ContextCost, ReadCost, Turn
+from llmkit.course.profiling import ContextCost, ReadCost, Turn, median_time_to_first_token
 from llmkit.generation.sampling import SamplingParams, process_logits
 from llmkit.viz.sampling import picture_slider, token_text
 
@@ -155,25 +155,28 @@ def plot_context_costs(costs: Sequence[ContextCost], title: str = "Longer prompt
     return fig
 
 
-def plot_prompt_caching(cached: Sequence[Turn], uncached: Sequence[Turn],
+def plot_prompt_caching(cached_runs: Sequence[Sequence[Turn]], uncached_runs: Sequence[Sequence[Turn]],
                         title: str = "Prompt caching over a conversation"):
     """Left: each turn's prompt split into tokens read from the prefix cache and tokens recomputed.
-    Right: time to first token per turn, with and without the prefix cache."""
+    Right: time to first token per turn (the median over the runs), with and without the prefix cache."""
     import matplotlib.pyplot as plt
 
+    cached, cached_times = cached_runs[0], median_time_to_first_token(cached_runs)
+    uncached_times = median_time_to_first_token(uncached_runs)
     turns = [t.turn for t in cached]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
-    left.bar(turns, [t.cache_read_tokens for t in cached], color="tab:green", label="read from the prefix cache")
-    left.bar(turns, [t.input_tokens for t in cached], bottom=[t.cache_read_tokens for t in cached],
+    cached_tokens = [t.usage.cache_read_input_tokens for t in cached]
+    left.bar(turns, cached_tokens, color="tab:green", label="read from the prefix cache")
+    left.bar(turns, [t.usage.input_tokens for t in cached], bottom=cached_tokens,
              color="tab:red", label="recomputed (prefill)")
     left.set_xlabel("turn")
     left.set_ylabel("prompt tokens")
     left.set_xticks(turns)
     left.set_title("Each turn re-sends the whole history")
     left.legend(loc="upper left", fontsize=8)
-    right.plot(turns, [1000 * t.time_to_first_token for t in uncached], "o-", color="tab:red",
+    right.plot(turns, [1000 * t for t in uncached_times], "o-", color="tab:red",
                label="no prefix cache")
-    right.plot(turns, [1000 * t.time_to_first_token for t in cached], "o-", color="tab:green",
+    right.plot(turns, [1000 * t for t in cached_times], "o-", color="tab:green",
                label="with the prefix cache")
     right.set_xlabel("turn")
     right.set_ylabel("time to first token (ms)")

@@ -11,11 +11,11 @@ walks through the events one at a time.
 from __future__ import annotations
 
 import html
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmkit.chat.trace import Bill, Event, Trace
+from llmkit.generation.generate import Usage
 
 LANES = {"prefill": "prefill (reading the prompt)", "answer": "decode (writing the reply)",
          "tool_call": "tool run (the harness)"}
@@ -29,7 +29,7 @@ def timeline_rows(trace: Trace) -> list[dict]:
         if event.kind not in LANES:
             continue
         if event.kind == "prefill":
-            label = f"{event.data['input_tokens']} read, {event.data['cache_read_tokens']} cached"
+            label = f"{event.data['input_tokens']} read, {event.data['cache_read_input_tokens']} cached"
         elif event.kind == "answer":
             label = f"{event.data['output_tokens']} tokens, {event.data['stop_reason']}"
         else:
@@ -65,13 +65,13 @@ def plot_trace(trace: Trace, title: str = "Where the time went"):
 
 @dataclass(frozen=True)
 class RequestRow:
-    """One request of a trace: its prompt by part, its tokens, why it stopped, its timings and bill.
+    """One request of a trace: its prompt by part, its usage, why it stopped, its decode time and bill.
 
     ``history`` counts the earlier messages re-sent with it; ``new_message`` the newest message (a
-    user message or a tool result) plus the ``<|assistant|>`` header that asks for the reply. Of the
-    prompt, ``input_tokens`` were computed and ``cache_read_tokens`` came from the prompt cache;
-    ``output_tokens`` includes the ``thinking_tokens``. Times are in seconds. (With a server tool
-    the model reads its context again after the result, so the input counts every round's prompt.)"""
+    user message or a tool result) plus the ``<|assistant|>`` header that asks for the reply.
+    ``usage`` is the request's ``Usage``, as ``Message.usage`` reports it. Times are in seconds.
+    (With a server tool the model reads its context again after the result, so the input counts
+    every round's prompt.)"""
 
     number: int  # 1, 2, ... in the order of the trace
     id: str
@@ -80,12 +80,8 @@ class RequestRow:
     history: int
     new_message: int
     dropped_messages: int
-    input_tokens: int
-    cache_read_tokens: int
-    output_tokens: int
-    thinking_tokens: int
+    usage: Usage
     stop_reason: str
-    time_to_first_token: float
     decode_time: float
     bill: Bill
     text: str
@@ -93,12 +89,12 @@ class RequestRow:
 
     @property
     def prompt_tokens(self) -> int:
-        return self.input_tokens + self.cache_read_tokens
+        return self.usage.prompt_tokens
 
     @property
     def billed_tokens(self) -> int:
         """Every token on the bill: the whole prompt (cached or not) plus the output."""
-        return self.prompt_tokens + self.output_tokens
+        return self.prompt_tokens + self.usage.output_tokens
 
     @property
     def cost(self) -> float:
@@ -133,22 +129,14 @@ def _request_row(number: int, group: dict[str, list[Event]]) -> RequestRow:
     return RequestRow(
         number, group["request"][0].data.get("id", ""), context["system"], context["tools"], context["history"],
         context["new_message"], context.get("dropped_messages", 0),
-        input_tokens=sum(p.data["input_tokens"] for p in prefills),
-        cache_read_tokens=sum(p.data["cache_read_tokens"] for p in prefills),
-        output_tokens=sum(a.data["output_tokens"] for a in answers),
-        thinking_tokens=sum(t.data["tokens"] for t in group.get("thinking", [])),
-        stop_reason=answers[-1].data["stop_reason"], time_to_first_token=prefills[0].duration,
+        usage=Usage(input_tokens=sum(p.data["input_tokens"] for p in prefills),
+                    cache_read_input_tokens=sum(p.data["cache_read_input_tokens"] for p in prefills),
+                    output_tokens=sum(a.data["output_tokens"] for a in answers),
+                    thinking_tokens=sum(t.data["tokens"] for t in group.get("thinking", [])),
+                    time_to_first_token=prefills[0].duration, server_tool_calls=len(answers) - 1),
+        stop_reason=answers[-1].data["stop_reason"],
         decode_time=sum(a.duration for a in answers), bill=group["bill"][-1].data["bill"],
         text="".join(a.data.get("text", "") for a in answers), rounds=len(answers))
-
-
-def median_time_to_first_token(runs: Sequence[Sequence[RequestRow]]) -> list[float]:
-    """Per request, the median time to first token over several runs of the same requests
-    (timings on a shared machine are noisy; the median of a few runs is steadier than one)."""
-    if not runs or len({len(run) for run in runs}) != 1:
-        raise ValueError(f"runs must be one or more runs with the same number of requests, got lengths "
-                         f"{[len(run) for run in runs]}")
-    return [statistics.median(run[i].time_to_first_token for run in runs) for i in range(len(runs[0]))]
 
 
 # ---------------------------------------------------------------- in words
@@ -177,7 +165,7 @@ def event_story(event: Event) -> str:
                 f"definitions {d['tools']} + earlier messages re-sent {d['history']} + the new message "
                 f"{d['new_message']}.{dropped}")
     if event.kind == "prefill":
-        return (f"The model reads the prompt in one pass: {d['cache_read_tokens']} tokens come from the prompt "
+        return (f"The model reads the prompt in one pass: {d['cache_read_input_tokens']} tokens come from the prompt "
                 f"cache (kept from an earlier request with the same start), {d['input_tokens']} are computed. "
                 f"The first new token comes after {ms:.1f} ms.")
     if event.kind == "thinking":
@@ -195,7 +183,7 @@ def event_story(event: Event) -> str:
         return f"{what} {tokens} output tokens, written in {ms:.1f} ms."
     if event.kind == "bill":
         bill = d["bill"]
-        return (f"This request's bill: {bill.input_tokens} input tokens, {bill.cache_read_tokens} cache reads, "
+        return (f"This request's bill: {bill.input_tokens} input tokens, {bill.cache_read_input_tokens} cache reads, "
                 f"{bill.output_tokens} output tokens = ${bill.total:.6f}.")
     if event.kind == "tool_call":
         error = " It failed; the error goes back to the model as the result." if d.get("is_error") else ""
@@ -221,12 +209,11 @@ def itemised_bill(rows: Sequence[RequestRow]) -> str:
     header = f"{'request':<10}{'cache read':>11}{'input':>8}{'thinking':>10}{'other output':>14}{'dollars':>12}"
     lines = [header]
     for row in rows:
-        lines.append(f"{row.id:<10}{row.cache_read_tokens:>11}{row.input_tokens:>8}{row.thinking_tokens:>10}"
-                     f"{row.output_tokens - row.thinking_tokens:>14}{row.cost:>12.6f}")
-    totals = {"cache read": (sum(r.cache_read_tokens for r in rows), prices.cache_read),
-              "input": (sum(r.input_tokens for r in rows), prices.input),
-              "thinking": (sum(r.thinking_tokens for r in rows), prices.output),
-              "other output": (sum(r.output_tokens - r.thinking_tokens for r in rows), prices.output)}
+        usage = row.usage
+        lines.append(f"{row.id:<10}{usage.cache_read_input_tokens:>11}{usage.input_tokens:>8}"
+                     f"{usage.thinking_tokens:>10}{usage.output_tokens - usage.thinking_tokens:>14}{row.cost:>12.6f}")
+    parts = [_bill_parts(row) for row in rows]
+    totals = {label: (sum(p[label][0] for p in parts), price) for label, (_, price) in parts[0].items()}
     lines.append("")
     for label, (tokens, price) in totals.items():
         lines.append(f"{label:<13}{tokens:>6} tokens x ${price:g}/M = ${tokens * price / 1e6:.6f}")
@@ -242,10 +229,10 @@ BILL_PARTS = (("cache read", "tab:green"), ("input", "tab:blue"), ("thinking", "
 
 def _bill_parts(row: RequestRow) -> dict[str, tuple[int, float]]:
     """Tokens and price per million tokens for each part of a request's bill."""
-    prices = row.bill.prices
-    return {"cache read": (row.cache_read_tokens, prices.cache_read), "input": (row.input_tokens, prices.input),
-            "thinking": (row.thinking_tokens, prices.output),
-            "other output": (row.output_tokens - row.thinking_tokens, prices.output)}
+    prices, usage = row.bill.prices, row.usage
+    return {"cache read": (usage.cache_read_input_tokens, prices.cache_read), "input": (usage.input_tokens, prices.input),
+            "thinking": (usage.thinking_tokens, prices.output),
+            "other output": (usage.output_tokens - usage.thinking_tokens, prices.output)}
 
 
 def plot_bill(rows: Sequence[RequestRow], title: str = "The bill, itemised"):
@@ -322,7 +309,7 @@ def plot_timeline(trace: Trace, *, upto: int | None = None, title: str = "One re
         start, width, lane = 1000 * event.t, max(1000 * event.duration, span_ms / 250), None
         if event.kind == "prefill":
             lane, colour, label = 1, "tab:blue", (f"{event.data['input_tokens']} new + "
-                                                  f"{event.data['cache_read_tokens']} cached")
+                                                  f"{event.data['cache_read_input_tokens']} cached")
         elif event.kind == "answer":
             lane, colour, label = 2, "tab:orange", f"{event.data['output_tokens']} tokens, {event.data['stop_reason']}"
         elif event.kind == "tool_call":
