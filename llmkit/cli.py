@@ -11,7 +11,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("llmkit.env", "check that this machine can run the course"),
     "train": ("llmkit.training.train", "pretrain a model from a JSON config"),
-    "finetune": ("llmkit.course.recipe", "SFT or DPO on the course's conversations, from a JSON config"),
+    "finetune": ("llmkit.training.finetune", "SFT or DPO from a JSON config"),
     "evals": ("llmkit.course.evals", "held-out evaluation of a chat model"),
     "react": ("llmkit.course.evals", "how often a ReAct step cannot be parsed"),
     "export": ("llmkit.model.export", "write a model as a Hugging Face folder (for vLLM, TGI, llama.cpp)"),
