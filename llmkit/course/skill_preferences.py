@@ -1,0 +1,65 @@
+"""Preference pairs for DPO from the skill conversations: the right move against a typical mistake.
+
+SFT shows the model what to write; DPO then pushes probability away from the errors a model that
+memorises instead of reading makes: calling a distractor tool, miscopying a value by a letter or
+a digit, answering with a name it did not hear, inventing a number no tool gave.
+"""
+from __future__ import annotations
+
+import random
+
+from llmkit.course.conversations import Preference
+from llmkit.course.skills import SkillConversation, make_skill
+from llmkit.course.values import draw
+
+
+def skill_preference(conversation: SkillConversation, rng: random.Random) -> Preference | None:
+    """A DPO pair from a conversation: its first assistant message (chosen) against a typical mistake
+    (rejected): a distractor called, a value miscopied, a name misremembered, a number invented."""
+    prompt = conversation.prompt
+    chosen = conversation.messages[len(prompt)]
+    expected, kind = conversation.expected, conversation.kind
+    if expected.calls:
+        name, tool_input = expected.calls[0]
+        others = [t.name for t in conversation.tools if t.name != name]
+        if others and rng.random() < 0.5:
+            rejected_call = {"name": rng.choice(others), "input": tool_input}
+        else:
+            rejected_call = {"name": name, "input": {k: _miscopy(rng, v) for k, v in tool_input.items()}}
+            if rejected_call["input"] == tool_input:
+                rejected_call = {"name": name + "s", "input": tool_input}
+        thinking = [b for b in chosen["content"] if b["type"] == "thinking"]
+        rejected = {"role": "assistant", "content": thinking + [{"type": "tool_use", "id": "toolu_0", **rejected_call}]}
+    elif kind == "memory":
+        rejected = {"role": "assistant", "content": f"Your name is {draw(rng, 'name', 'train')}."}
+    elif kind == "missing":
+        rejected = {"role": "assistant", "content": f"The {expected.facts['subject']} is {rng.randint(2, 999)}."}
+    else:
+        return None
+    return Preference(kind, conversation.split, prompt, conversation.definitions or None, conversation.system,
+                      chosen, rejected)
+
+
+def _miscopy(rng: random.Random, value):
+    """A near miss of a value: the error a model that remembers instead of copying makes."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + rng.choice([1, -1, 10])
+    if len(value) > 2:
+        i = rng.randrange(len(value) - 1)
+        return value[:i] + value[i + 1] + value[i] + value[i + 2:] if value[i] != value[i + 1] else value[:-1]
+    return value + "a"
+
+
+def make_skill_preferences(n: int, *, split: str = "train", seed: int = 0) -> list[Preference]:
+    """``n`` DPO pairs of ``split`` (kinds with a clear mistake to prefer against)."""
+    rng = random.Random(f"llmkit-skill-preferences|{split}|{seed}")
+    pairs, i = [], 0
+    while len(pairs) < n:
+        kind = rng.choice(["tool", "tool", "weather", "letters", "arithmetic", "missing", "memory", "multi"])
+        pair = skill_preference(make_skill(kind, split, f"pref|{seed}|{i}"), rng)
+        i += 1
+        if pair is not None:
+            pairs.append(pair)
+    return pairs

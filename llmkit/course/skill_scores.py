@@ -1,0 +1,187 @@
+"""Scoring a model on the skill conversations: did it pick the tool, copy the values, use the result?
+
+Each score is a pure function of a conversation spec (``llmkit.course.skills.SkillConversation``)
+and a transcript: the messages the model and the harness added after the prompt, plus the stop
+reason of the last reply. ``None`` means "does not apply to this conversation" (no arguments to
+copy when no tool is needed), so a fraction is taken over the conversations a score applies to.
+
+- ``tool_call_valid``: every call names an offered tool and its arguments fit that tool's schema;
+- ``right_tool``: the calls name the expected tools in order, or there is none when none fits;
+- ``args_exact``: every argument equals what the user said (type included: 3 is not "3" or 3.0);
+- ``answer_from_result``: the final text carries the value at the expected place in each result
+  the tools actually returned;
+- ``ends_turn``: the last reply stopped at end of turn (not max_tokens) and no three-word
+  sequence repeats four times in its text (a loop that happened to stop is still a loop);
+- ``no_invention``: asked for what no offered tool gives, no number the user did not write;
+- ``memory``: the final text holds the name the user gave, exactly.
+
+``evaluate_skills`` runs a model through ``Client`` + ``run_agent`` greedily on each split.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+
+from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments
+from llmkit.course.skills import KINDS, SPLITS, SkillConversation, make_skills, value_at
+
+SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory")
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def calls_in(transcript: list[dict]) -> list[dict]:
+    """Every tool call the assistant wrote, client and server, in order."""
+    return [b for m in transcript if m["role"] == "assistant" and isinstance(m["content"], list)
+            for b in m["content"] if b["type"] in ("tool_use", "server_tool_use")]
+
+
+def results_in(transcript: list[dict]) -> list[dict]:
+    """Every tool result the harness or the client sent back, in order."""
+    found = []
+    for m in transcript:
+        if isinstance(m["content"], list):
+            found += [b for b in m["content"] if b["type"] in ("tool_result", "server_tool_result")]
+    return found
+
+
+def final_text(transcript: list[dict]) -> str:
+    """The text of the last assistant message."""
+    replies = [m for m in transcript if m["role"] == "assistant"]
+    if not replies:
+        return ""
+    content = replies[-1]["content"]
+    return content if isinstance(content, str) else "".join(b.get("text", "") for b in content if b["type"] == "text")
+
+
+def same_value(a, b) -> bool:
+    """Equal as JSON values, type included (True is not 1, 3 is not 3.0)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def tool_call_valid(spec: SkillConversation, transcript: list[dict]) -> bool | None:
+    calls = calls_in(transcript)
+    if not spec.expected.calls and not calls:
+        return None
+    offered = tools_by_name(spec.tools)
+    for call in calls:
+        if "error" in call or call.get("name") not in offered:
+            return False
+        try:
+            validate_arguments(offered[call["name"]], call["input"])
+        except ToolArgumentsError:
+            return False
+    return bool(calls)
+
+
+def right_tool(spec: SkillConversation, transcript: list[dict]) -> bool:
+    names = [c.get("name") for c in calls_in(transcript)]
+    return names == [name for name, _ in spec.expected.calls]
+
+
+def args_exact(spec: SkillConversation, transcript: list[dict]) -> bool | None:
+    if not spec.expected.calls:
+        return None
+    calls = calls_in(transcript)
+    return len(calls) == len(spec.expected.calls) and all(
+        call.get("name") == name and same_value(call.get("input"), tool_input)
+        for call, (name, tool_input) in zip(calls, spec.expected.calls))
+
+
+def answer_from_result(spec: SkillConversation, transcript: list[dict]) -> bool | None:
+    if not spec.expected.calls:
+        return None
+    results = results_in(transcript)
+    if len(results) < len(spec.expected.answer_paths) or any(r["is_error"] for r in results):
+        return False
+    text = final_text(transcript)
+    for result, path in zip(results, spec.expected.answer_paths):
+        try:
+            value = value_at(json.loads(result["content"]), path)
+        except (ValueError, KeyError, TypeError, StopIteration):
+            return False
+        if str(value) not in text:
+            return False
+    return True
+
+
+def repeats(text: str, n_words: int = 3, times: int = 4) -> bool:
+    """True when some ``n_words``-word sequence occurs ``times`` times or more: the sign of a loop."""
+    words = text.split()
+    grams = Counter(tuple(words[i:i + n_words]) for i in range(len(words) - n_words + 1))
+    return any(count >= times for count in grams.values())
+
+
+def ends_turn(spec: SkillConversation, transcript: list[dict], stop_reason: str) -> bool:
+    text = " ".join(final_text([m]) for m in transcript if m["role"] == "assistant")
+    return stop_reason == "end_turn" and not repeats(text)
+
+
+def no_invention(spec: SkillConversation, transcript: list[dict], stop_reason: str) -> bool | None:
+    if not spec.expected.no_invention:
+        return None
+    said = " ".join(m["content"] for m in spec.prompt if m["role"] == "user" and isinstance(m["content"], str))
+    invented = set(NUMBER.findall(final_text(transcript))) - set(NUMBER.findall(said))
+    return stop_reason == "end_turn" and not calls_in(transcript) and not invented
+
+
+def memory(spec: SkillConversation, transcript: list[dict]) -> bool | None:
+    if spec.expected.name is None:
+        return None
+    return spec.expected.name in final_text(transcript)
+
+
+def score(spec: SkillConversation, transcript: list[dict], stop_reason: str) -> dict[str, bool | None]:
+    """Every score of one conversation (``None`` where a score does not apply)."""
+    return {"tool_call_valid": tool_call_valid(spec, transcript), "right_tool": right_tool(spec, transcript),
+            "args_exact": args_exact(spec, transcript), "answer_from_result": answer_from_result(spec, transcript),
+            "ends_turn": ends_turn(spec, transcript, stop_reason),
+            "no_invention": no_invention(spec, transcript, stop_reason), "memory": memory(spec, transcript)}
+
+
+def fractions(rows: list[dict[str, bool | None]]) -> dict[str, float | int]:
+    """Each score's fraction over the rows it applies to, and ``n_<score>``: how many that was."""
+    out: dict[str, float | int] = {}
+    for name in SCORES:
+        applicable = [r[name] for r in rows if r.get(name) is not None]
+        if applicable:
+            out[name] = round(sum(applicable) / len(applicable), 4)
+            out[f"n_{name}"] = len(applicable)
+    return out
+
+
+def run_one(client, spec: SkillConversation, *, max_tokens: int = 96, max_iterations: int = 4):
+    """Replay one conversation through the harness greedily: (transcript after the prompt, stop reason)."""
+    from llmkit.chat.agent import run_agent
+    from llmkit.chat.client import ContextWindowError
+
+    prompt = spec.prompt
+    try:
+        result = run_agent(client, prompt, spec.tools, max_iterations=max_iterations, max_tokens=max_tokens,
+                           system=spec.system, temperature=0.0, cache=False)
+    except ContextWindowError:
+        return [], "context_window"
+    return result.transcript[len(prompt):], result.final.stop_reason
+
+
+def evaluate_skills(client, *, per_kind: int = 100, splits=SPLITS[1:], kinds=KINDS, seed: int = 0,
+                    max_tokens: int = 96, progress=None) -> dict[str, dict]:
+    """Per split: the fraction of each score over ``per_kind`` conversations of each kind, and per kind.
+
+    ``progress``: an optional callable given the number of conversations done, for a progress bar.
+    """
+    report: dict[str, dict] = {}
+    done = 0
+    for split in splits:
+        rows, by_kind = [], defaultdict(list)
+        for kind in kinds:
+            for spec in make_skills(per_kind, split=split, seed=seed, kinds=[kind]):
+                transcript, stop = run_one(client, spec, max_tokens=max_tokens)
+                row = score(spec, transcript, stop)
+                rows.append(row)
+                by_kind[kind].append(row)
+                done += 1
+                if progress is not None:
+                    progress(done)
+        report[split] = {**fractions(rows), "kinds": {k: fractions(v) for k, v in by_kind.items()}}
+    return report

@@ -1,0 +1,376 @@
+"""Conversations that teach skills, not sentences, with held-out splits built in.
+
+Every conversation is composed: the request from a grammar (``llmkit.course.phrasing``), the
+tools from a generator (``llmkit.course.toolgen``, plus the course's own tools as a small share),
+the values from large pools and invented ones (``llmkit.course.values``). The kinds:
+
+- tool:       a generated tool among 1-5 offered: call it with the user's values, answer from its result
+- weather, letters, arithmetic, search: the course tools, asked in many words, beside distractors
+- missing:    the request needs a tool that is not offered: say so, invent no number
+- memory:     an introduction, maybe some chat, then "what's my name?" (only the history knows)
+- chitchat:   greetings, thanks, questions about the assistant: answer without a tool, tools or not
+- multi:      two requests in one message: two calls one after the other, then one answer
+
+Splits (``SPLITS``): ``train`` and ``seen`` (training phrasings, tool pools and values; different
+seeds), ``unseen_values`` (training phrasings and tools, held-out values) and
+``unseen_phrasings_and_tools`` (held-out phrasings, tool pools and values). A conversation is the
+message/tools structure ``llmkit.chat.template.render`` reads, so fine-tuning consumes it as is,
+and every reply ends its turn.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+
+from llmkit.chat.template import Rendered, render
+from llmkit.chat.tools import Tool, run_tool_call
+from llmkit.course.phrasing import fill, phrasing_split, template
+from llmkit.course.phrasing_pools import HELDOUT, TRAIN
+from llmkit.course.toolgen import GenTool, draw_arguments, make_tool, say_arguments
+from llmkit.course.tools import calculator, count_letters, get_weather, web_search
+from llmkit.course.values import DAYS, draw, value_split
+
+SPLITS = ("train", "seen", "unseen_values", "unseen_phrasings_and_tools")
+KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi")
+MIX = {"tool": 30, "multi": 10, "missing": 10, "memory": 10, "chitchat": 8, "weather": 8, "letters": 8,
+       "arithmetic": 8, "search": 8}  # the training share of each kind (course tools: about a third)
+COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
+SYSTEM_PROMPTS = [None, "You are a helpful assistant.", "You are a helpful assistant. Answer briefly.",
+                  "Use a tool when one fits; otherwise answer directly."]
+PLAYS = ["Hamlet", "Macbeth", "Othello", "King Lear", "Romeo and Juliet", "The Tempest", "Twelfth Night",
+         "Much Ado About Nothing", "As You Like It", "Julius Caesar", "Coriolanus", "Cymbeline", "Henry V",
+         "Richard III", "The Winter's Tale", "Measure for Measure", "Titus Andronicus", "Pericles"]
+CHITCHAT_ANSWERS = {
+    "greet": ["Hello! How can I help?", "Hi! What can I do for you?"],
+    "thanks": ["You're welcome!", "Glad to help."],
+    "abilities": ["I'm a small language model: I answer in text and call the tools I'm offered. "
+                  "I don't remember other chats."],
+}
+UMBRELLA_FROM_PERCENT = 50
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a correct assistant does: its ``calls`` (name, input) in order, the ``answer_paths``
+    into each call's result that the answer must quote, ``answer_values`` (those values for the
+    right calls), ``name`` for memory, ``no_invention`` when nothing offered holds the answer."""
+
+    calls: tuple[tuple[str, dict], ...] = ()
+    answer_paths: tuple[tuple[str, ...], ...] = ()
+    answer_values: tuple[str, ...] = ()
+    name: str | None = None
+    no_invention: bool = False
+    facts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SkillConversation:
+    """One conversation: messages ending with the assistant's answer, the ``Tool`` objects offered
+    (real ones: evaluations run them), the system prompt, its kind and split, and ``expected``."""
+
+    kind: str
+    split: str
+    messages: list[dict]
+    tools: list[Tool]
+    system: str | None
+    expected: Expected
+
+    @property
+    def definitions(self) -> list[dict]:
+        return [t.definition() for t in self.tools]
+
+    @property
+    def prompt(self) -> list[dict]:
+        """The messages up to the last one the user typed: where an evaluation lets the model go on."""
+        typed = [i for i, m in enumerate(self.messages) if m["role"] == "user" and isinstance(m["content"], str)]
+        return self.messages[: max(typed) + 1]
+
+    def render(self, tokenizer) -> Rendered:
+        return render(tokenizer, self.messages, tools=self.definitions or None, system=self.system,
+                      add_generation_prompt=False)
+
+
+def splits_of(split: str) -> tuple[str, str, str]:
+    """(phrasings, tool pools, values) a conversation split draws from, each "train" or "heldout"."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    tools = "heldout" if split == "unseen_phrasings_and_tools" else "train"
+    values = "train" if split in ("train", "seen") else "heldout"
+    return phrasing_split(split), tools, values
+
+
+class _Builder:
+    """The state one conversation is built with: its random stream and its three splits."""
+
+    def __init__(self, rng: random.Random, split: str):
+        self.rng, self.split = rng, split
+        self.phrasing, self.tool_split, self.value_split = splits_of(split)
+        self.pieces = TRAIN if self.phrasing == "train" else HELDOUT
+        self.calls = 0
+
+    def say(self, intent: str, **values) -> str:
+        return fill(template(self.rng, intent, self.split), values)
+
+    def thinking(self, text: str) -> list[dict]:
+        return [{"type": "thinking", "thinking": text}] if self.rng.random() < 0.5 else []
+
+    def call(self, tool: Tool, tool_input: dict, thinking: str) -> tuple[list[dict], str]:
+        """The assistant's call message and the user message with the real result; returns its content."""
+        call_id = f"toolu_{self.calls}"
+        self.calls += 1
+        result = run_tool_call([tool], tool.name, tool_input, tool_use_id=call_id)
+        if result["is_error"]:
+            raise AssertionError(f"a generated call {tool.name}({tool_input}) failed: {result['content']}")
+        if tool.server:
+            blocks = [*self.thinking(thinking),
+                      {"type": "server_tool_use", "id": call_id, "name": tool.name, "input": tool_input},
+                      {"type": "server_tool_result", "tool_use_id": call_id, "content": result["content"],
+                       "is_error": False}]
+            return blocks, result["content"]
+        return [{"role": "assistant", "content": [*self.thinking(thinking),
+                                                  {"type": "tool_use", "id": call_id, "name": tool.name,
+                                                   "input": tool_input}]},
+                {"role": "user", "content": [result]}], result["content"]
+
+    def distractors(self, n: int, avoid: set[str], course: bool = True) -> list[Tool]:
+        tools = [make_tool(self.rng, self.tool_split, self.value_split, avoid=avoid).as_tool() for _ in range(n)]
+        if course and self.rng.random() < 0.3:
+            tools.append(self.rng.choice([calculator, count_letters, get_weather]))
+        names, unique = set(), []
+        for t in tools:
+            if t.name not in names and t.name not in avoid:
+                names.add(t.name)
+                unique.append(t)
+        return unique
+
+    def offer(self, needed: list[Tool], most: int = 5) -> list[Tool]:
+        """The needed tools among distractors (1-5 in all), in a random order."""
+        avoid = {t.name for t in needed} | {t.name.split("_")[0] for t in needed}
+        extra = self.distractors(self.rng.randint(0, max(0, most - len(needed))), avoid,
+                                 course=not any(t in (calculator, count_letters, get_weather) for t in needed))
+        tools = needed + extra
+        self.rng.shuffle(tools)
+        return tools
+
+
+# ------------------------------------------------------------------------------------------ requests
+@dataclass
+class Request:
+    """One thing the user asks that a tool answers: the words, the call, and how to answer."""
+
+    text: str
+    tool: Tool
+    tool_input: dict
+    answer_path: tuple[str, ...]
+    answer: callable  # result content -> the answer sentence
+    thinking: str
+
+
+def _subject_request(b: _Builder, tool: GenTool) -> Request:
+    arguments = draw_arguments(b.rng, tool, b.value_split)
+    if tool.params:
+        args = say_arguments(b.rng, tool, arguments, b.pieces.arg_styles, b.pieces.arg_joiners)
+        text = b.say("tool", subject=tool.subject, args=args)
+    else:
+        text = b.say("tool_bare", subject=tool.subject)
+    path = (tool.nest, tool.keys[0]) if tool.nest else (tool.keys[0],)
+
+    def answer(content: str) -> str:
+        value = str(value_at(json.loads(content), path))
+        return b.rng.choice([f"The {tool.subject} is {value}.", f"{tool.subject.capitalize()}: {value}.",
+                             f"I checked: the {tool.subject} is {value}.", f"It's {value}."])
+    return Request(text, tool.as_tool(), arguments, path, answer, f"{tool.name} gives the {tool.subject}.")
+
+
+def _weather_request(b: _Builder) -> Request:
+    city, day = draw(b.rng, "city", b.value_split), b.rng.choice(DAYS)
+
+    def answer(content: str) -> str:
+        forecast = json.loads(content)
+        chance, high = forecast["chance_of_rain_percent"], forecast["high_c"]
+        if b.rng.random() < 0.5:
+            return (f"Yes, take an umbrella: {chance}% chance of rain." if chance >= UMBRELLA_FROM_PERCENT
+                    else f"No umbrella needed: {chance}% chance of rain.")
+        return f"{forecast['condition'].capitalize()} in {city}, {chance}% chance of rain, high {high}°C."
+    return Request(b.say("weather", city=city, day=day), get_weather, {"city": city, "day": day},
+                   ("chance_of_rain_percent",), answer, f"I can't know {day}'s weather; get_weather can.")
+
+
+def _letters_request(b: _Builder) -> Request:
+    word = draw(b.rng, "word", b.value_split)
+    letter = b.rng.choice(sorted(set(word))) if b.rng.random() < 0.9 else b.rng.choice("abcdefghijklmnopqrstuvwxyz")
+
+    def answer(content: str) -> str:
+        count = int(content)
+        return f"{word} has {count} {letter if count == 1 else letter + chr(39) + 's'}."
+    return Request(b.say("letters", letter=letter, word=word), count_letters, {"word": word, "letter": letter},
+                   (), answer, "I see tokens, not letters: count_letters counts exactly.")
+
+
+def _arithmetic_request(b: _Builder) -> Request:
+    operands = [draw(b.rng, "integer", b.value_split) for _ in range(3)]
+    form = b.rng.choice(["{} + {}", "{} - {}", "{} * {}", "{} / {}", "{} * {} + {}", "({} + {}) * {}"])
+    expression = form.format(*operands)
+    return Request(b.say("arithmetic", expression=expression), calculator, {"expression": expression}, (),
+                   lambda content: b.rng.choice([f"The result is {content}.", f"{expression} = {content}."]),
+                   "Exact arithmetic is a job for the calculator.")
+
+
+def _search_request(b: _Builder) -> Request:
+    from llmkit.course.conversations import search_questions  # the topics data/docs can answer
+
+    topics = [query for _, query, _ in search_questions("train" if b.value_split == "train" else "heldout")]
+    topic = b.rng.choice(topics)
+
+    def answer(content: str) -> str:
+        hits = json.loads(content)
+        return next(iter(hits.values())) if hits else f"I found nothing about {topic}."
+    return Request(b.say("search", topic=topic), web_search, {"query": topic}, ("*first*",), answer,
+                   "Better to look this up.")
+
+
+def _any_request(b: _Builder, kind: str | None = None) -> Request:
+    kind = kind or b.rng.choice(["tool", "tool", "weather", "letters", "arithmetic"])
+    if kind == "tool":
+        return _subject_request(b, make_tool(b.rng, b.tool_split, b.value_split))
+    return {"weather": _weather_request, "letters": _letters_request, "arithmetic": _arithmetic_request,
+            "search": _search_request}[kind](b)
+
+
+def value_at(result, path: tuple[str, ...]):
+    """The value at ``path`` in a parsed result; ``("*first*",)`` is the first value of an object."""
+    for key in path:
+        result = next(iter(result.values())) if key == "*first*" else result[key]
+    return result
+
+
+# ------------------------------------------------------------------------------------------ kinds
+def _answer_requests(b: _Builder, requests: list[Request], text: str, offered: list[Tool]) -> tuple[list[dict], Expected]:
+    """User text -> a call per request (in order), each with its real result -> one answer."""
+    messages: list[dict] = [{"role": "user", "content": text}]
+    answers, values = [], []
+    server_blocks: list[dict] = []
+    for request in requests:
+        turns, content = b.call(request.tool, request.tool_input, request.thinking)
+        if request.tool.server:
+            server_blocks += turns
+        else:
+            if server_blocks:  # a server call's blocks open the next assistant message
+                turns[0]["content"] = server_blocks + turns[0]["content"]
+                server_blocks = []
+            messages += turns
+        answers.append(request.answer(content))
+        values.append(str(value_at(json.loads(content), request.answer_path)))
+    messages.append({"role": "assistant", "content": server_blocks + [{"type": "text", "text": " ".join(answers)}]})
+    expected = Expected(tuple((r.tool.name, r.tool_input) for r in requests), tuple(r.answer_path for r in requests),
+                        tuple(values))
+    return messages, expected
+
+
+def _single(b: _Builder, kind: str) -> SkillConversation:
+    request = _any_request(b, kind)
+    offered = b.offer([request.tool], most=5 if kind != "search" else 3)
+    messages, expected = _answer_requests(b, [request], request.text, offered)
+    return SkillConversation(kind, b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)
+
+
+def _multi(b: _Builder) -> SkillConversation:
+    first = _any_request(b, "tool")
+    second = _any_request(b)
+    while second.tool.name == first.tool.name:
+        second = _any_request(b)
+    text = fill(template(b.rng, "multi", b.split, noise=False), {"first": first.text, "second": second.text})
+    offered = b.offer([first.tool, second.tool], most=5)
+    messages, expected = _answer_requests(b, [first, second], text, offered)
+    return SkillConversation("multi", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)
+
+
+def _missing(b: _Builder) -> SkillConversation:
+    """A request whose tool is not offered: the answer says so and holds no number."""
+    if b.rng.random() < 0.7:
+        wanted = make_tool(b.rng, b.tool_split, b.value_split)
+        request = _subject_request(b, wanted)
+        subject = wanted.subject
+        offered = b.distractors(b.rng.randint(0, 4), {wanted.name, wanted.subject.split()[0]}, course=True)
+    else:
+        request, subject = _weather_request(b), "weather forecast"
+        offered = b.distractors(b.rng.randint(0, 3), {"get_weather"}, course=False)
+    answer = b.rng.choice([f"I can't tell you that: none of my tools gives the {subject}.",
+                           f"I have no tool for the {subject}, so I can't know it.",
+                           f"Sorry, I don't have a tool that gives the {subject}."])
+    content = [*b.thinking(f"None of my tools gives the {subject}."), {"type": "text", "text": answer}]
+    messages = [{"role": "user", "content": request.text}, {"role": "assistant", "content": content}]
+    return SkillConversation("missing", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS),
+                             Expected(no_invention=True, facts={"subject": subject}))
+
+
+def _chitchat_turn(b: _Builder) -> tuple[str, str, str | None]:
+    intent = b.rng.choice(["greet", "thanks", "abilities", "author"])
+    if intent == "author":
+        play = b.rng.choice(PLAYS)
+        return b.say("author", play=play), f"William Shakespeare wrote {play}.", "Shakespeare"
+    return b.say(intent), b.rng.choice(CHITCHAT_ANSWERS[intent]), None
+
+
+def _chitchat(b: _Builder) -> SkillConversation:
+    question, answer, keyword = _chitchat_turn(b)
+    messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    offered = b.distractors(b.rng.randint(0, 4), set())
+    return SkillConversation("chitchat", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS),
+                             Expected(answer_values=(keyword,) if keyword else ()))
+
+
+def _memory(b: _Builder) -> SkillConversation:
+    name = draw(b.rng, "name", b.value_split)
+    messages = [{"role": "user", "content": b.say("memory_intro", name=name)},
+                {"role": "assistant", "content": b.rng.choice([f"Nice to meet you, {name}!", f"Hello, {name}!",
+                                                               f"Hi {name}, how can I help?"])}]
+    if b.rng.random() < 0.5:  # something in between, so the name is further back
+        question, answer, _ = _chitchat_turn(b)
+        messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    messages += [{"role": "user", "content": b.say("memory_question")},
+                 {"role": "assistant", "content": b.rng.choice([f"Your name is {name}.", f"You're {name}.",
+                                                                f"You told me your name is {name}."])}]
+    offered = b.distractors(b.rng.randint(0, 3), set())
+    return SkillConversation("memory", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS),
+                             Expected(answer_values=(name,), name=name))
+
+
+BUILDERS = {"tool": lambda b: _single(b, "tool"), "weather": lambda b: _single(b, "weather"),
+            "letters": lambda b: _single(b, "letters"), "arithmetic": lambda b: _single(b, "arithmetic"),
+            "search": lambda b: _single(b, "search"), "missing": _missing, "memory": _memory,
+            "chitchat": _chitchat, "multi": _multi}
+
+
+def make_skill(kind: str, split: str, seed: int | str) -> SkillConversation:
+    """One conversation of ``kind`` and ``split``: a pure function of (kind, split, seed)."""
+    if kind not in BUILDERS:
+        raise ValueError(f"unknown kind {kind!r}; choose from {KINDS}")
+    return BUILDERS[kind](_Builder(random.Random(f"llmkit-skills|{kind}|{split}|{seed}"), split))
+
+
+def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None) -> list[SkillConversation]:
+    """``n`` conversations of ``split``. ``kinds=None`` mixes every kind by ``MIX``; a list takes turns."""
+    splits_of(split)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"n must be a whole number of conversations (0 or more), got {n!r}")
+    rng = random.Random(f"llmkit-skill-mix|{split}|{seed}")
+    if kinds is None:
+        names, weights = list(MIX), list(MIX.values())
+        chosen = rng.choices(names, weights, k=n)
+    else:
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        unknown = [k for k in kinds if k not in BUILDERS]
+        if unknown or not kinds:
+            raise ValueError(f"kinds must be a non-empty list drawn from {KINDS}, got {kinds!r}")
+        chosen = [kinds[i % len(kinds)] for i in range(n)]
+    return [make_skill(kind, split, f"{seed}|{i}") for i, kind in enumerate(chosen)]
+
+
+def uses_heldout_values(conversation: SkillConversation) -> bool:
+    """True when a value the user wrote (a call argument or a name) is a held-out value."""
+    typed = [v for _, args in conversation.expected.calls for v in args.values() if isinstance(v, str)]
+    typed += [conversation.expected.name] if conversation.expected.name else []
+    return any(value_split(v) == "heldout" for v in typed)
+

@@ -1,0 +1,212 @@
+"""Skill conversations: every kind renders and ends its turn; splits are held out by construction;
+the scores judge hand-made transcripts right."""
+import copy
+import random
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmkit.chat.template import marker_ids
+from llmkit.course.phrasing_pools import TRAIN
+from llmkit.course.skill_preferences import make_skill_preferences
+from llmkit.course.skill_scores import calls_in, fractions, repeats, score
+from llmkit.course.skills import KINDS, SPLITS, make_skill, make_skills
+from llmkit.course.toolgen import TOOL_WORDS, pool_words
+from llmkit.course.values import value_split
+from llmkit.model.weights import load_model
+from llmkit.tokens.tokenizer import Tokenizer
+from llmkit.paths import data_path
+
+COURSE_TOOLS = {"get_weather", "count_letters", "calculator", "web_search"}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.load(data_path("models", "base", "tokenizer.json"))
+
+
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_renders_fits_1024_and_ends_its_turn(tokenizer, kind, split):
+    end_turn = marker_ids(tokenizer)["end_turn"]
+    for seed in range(6):
+        c = make_skill(kind, split, seed)
+        rendered = c.render(tokenizer)
+        assert len(rendered) <= 1024
+        assert rendered.ids[-1] == end_turn and rendered.mask[-1]
+        assert 1 <= len(c.tools) + (kind in ("chitchat", "memory", "missing")) <= 6
+        assert [(b["name"], b["input"]) for b in calls_in(c.messages)] == list(c.expected.calls)
+        text = c.messages[-1]["content"]
+        text = text if isinstance(text, str) else text[-1]["text"]
+        assert all(v in text for v in c.expected.answer_values)
+
+
+def test_the_training_mix_has_every_kind_and_is_seeded():
+    a = make_skills(300, split="train", seed=4)
+    assert {c.kind for c in a} == set(KINDS)
+    assert [c.messages for c in a[:20]] == [c.messages for c in make_skills(20, split="train", seed=4)]
+    assert a[0].messages != make_skills(1, split="train", seed=5)[0].messages
+
+
+def _user_texts(c):
+    return [m["content"] for m in c.messages if m["role"] == "user" and isinstance(m["content"], str)]
+
+
+def _typed_values(c):
+    """The values the user wrote that come from the value pools (not enum options, days or letters)."""
+    schemas = {t.name: t.input_schema["properties"] for t in c.tools}
+    values = []
+    for name, args in c.expected.calls:
+        if name == "calculator":
+            values += [int(n) for n in re.findall(r"\d+", args["expression"])]
+        elif name in ("get_weather", "count_letters"):
+            values.append(args.get("city") or args["word"])
+        elif name != "web_search":  # search topics are split by the document that answers them
+            values += [v for k, v in args.items() if "enum" not in schemas[name][k] and not isinstance(v, bool)]
+    return values + ([c.expected.name] if c.expected.name else [])
+
+
+def _trigrams(text):
+    words = re.sub(r"[^a-z' ]", " ", text.lower()).split()
+    return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
+
+
+TRAIN_FORM_TRIGRAMS = set()
+for forms in TRAIN.forms.values():
+    for form in forms:
+        for run in re.split(r"\{[a-z_]+\}", form):
+            TRAIN_FORM_TRIGRAMS |= _trigrams(run)
+
+
+@settings(max_examples=120, deadline=None)
+@given(seed=st.integers(0, 10**9), kind=st.sampled_from(KINDS))
+def test_unseen_split_shares_no_template_tool_word_parameter_or_description(seed, kind):
+    c = make_skill(kind, "unseen_phrasings_and_tools", seed)
+    train_words = pool_words("train")
+    for t in c.tools:
+        if t.name in COURSE_TOOLS:  # the course's own tools are the same in every split
+            continue
+        for word in t.name.split("_"):
+            assert word not in train_words and (word in pool_words("heldout") or value_split(word) == "heldout")
+        for param in t.input_schema["properties"]:
+            assert not set(param.split("_")) & train_words
+        for wording in TOOL_WORDS["train"]["descriptions"]:
+            for run in re.split(r"\{[a-z_]+\}", wording):
+                assert not _trigrams(run) & _trigrams(t.description), (wording, t.description)
+    for text in _user_texts(c):
+        assert not _trigrams(text) & TRAIN_FORM_TRIGRAMS, text
+    for value in _typed_values(c):
+        assert value_split(value) == "heldout", value
+
+
+@settings(max_examples=120, deadline=None)
+@given(seed=st.integers(0, 10**9), kind=st.sampled_from(KINDS))
+def test_seen_uses_training_values_and_unseen_values_uses_heldout_ones(seed, kind):
+    for split, wanted in (("seen", "train"), ("unseen_values", "heldout")):
+        c = make_skill(kind, split, seed)
+        for value in _typed_values(c):
+            assert value_split(value) == wanted, (split, value)
+        for t in c.tools:
+            if t.name not in COURSE_TOOLS:
+                assert set(t.name.split("_")) & pool_words("train") or all(
+                    value_split(w) == "train" for w in t.name.split("_"))
+
+
+def test_unknown_split_and_kind_are_refused():
+    with pytest.raises(ValueError, match="split must be one of"):
+        make_skills(1, split="heldout")
+    with pytest.raises(ValueError, match="unknown kind"):
+        make_skill("poetry", "train", 0)
+
+
+# ------------------------------------------------------------------------------------------ scores
+def _replay(c):
+    """The transcript a perfect model would produce: everything after the prompt."""
+    return copy.deepcopy(c.messages[len(c.prompt):])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_perfect_transcript_scores_full_marks(kind):
+    for seed in range(5):
+        c = make_skill(kind, "seen", seed)
+        scores = score(c, _replay(c), "end_turn")
+        assert all(v is None or v is True for v in scores.values()), (kind, scores)
+        assert scores["right_tool"] and scores["ends_turn"]
+
+
+def _first_call(transcript):
+    return next(b for m in transcript if m["role"] == "assistant" and isinstance(m["content"], list)
+                for b in m["content"] if b["type"] in ("tool_use", "server_tool_use"))
+
+
+def test_wrong_tool_and_miscopied_argument_are_caught():
+    c = next(c for c in make_skills(50, split="seen", seed=1, kinds=["tool"]) if c.expected.calls[0][1])
+    wrong_tool = _replay(c)
+    _first_call(wrong_tool)["name"] = "not_" + c.expected.calls[0][0]
+    s = score(c, wrong_tool, "end_turn")
+    assert s["right_tool"] is False and s["args_exact"] is False and s["tool_call_valid"] is False
+    miscopied = _replay(c)
+    key = next(iter(c.expected.calls[0][1]))
+    value = _first_call(miscopied)["input"][key]
+    _first_call(miscopied)["input"][key] = (not value) if isinstance(value, bool) else (
+        value + 1 if isinstance(value, (int, float)) else value + "x")
+    s = score(c, miscopied, "end_turn")
+    assert s["right_tool"] is True and s["args_exact"] is False
+
+
+def test_types_count_in_args_exact():
+    c = next(c for c in make_skills(80, split="seen", seed=2, kinds=["tool"])
+             if any(isinstance(v, int) and not isinstance(v, bool) for v in c.expected.calls[0][1].values()))
+    t = _replay(c)
+    call = _first_call(t)
+    key = next(k for k, v in call["input"].items() if isinstance(v, int) and not isinstance(v, bool))
+    call["input"][key] = float(call["input"][key])
+    assert score(c, t, "end_turn")["args_exact"] is False
+
+
+def test_an_answer_without_the_result_value_is_caught():
+    c = make_skill("tool", "seen", 3)
+    t = _replay(c)
+    t[-1]["content"] = [{"type": "text", "text": "I could not say."}]
+    assert score(c, t, "end_turn")["answer_from_result"] is False
+
+
+def test_loops_and_max_tokens_do_not_end_a_turn():
+    c = make_skill("chitchat", "seen", 0)
+    loop = [{"role": "assistant", "content": "and then the and then the and then the and then the"}]
+    assert repeats(loop[0]["content"])
+    assert score(c, loop, "end_turn")["ends_turn"] is False
+    assert score(c, _replay(c), "max_tokens")["ends_turn"] is False
+    assert score(c, [{"role": "assistant", "content": "Hello there, how are you?"}], "end_turn")["ends_turn"] is True
+
+
+def test_an_invented_number_or_a_call_when_no_tool_fits_is_caught():
+    c = make_skill("missing", "seen", 0)
+    assert score(c, _replay(c), "end_turn")["no_invention"] is True
+    invented = [{"role": "assistant", "content": f"The {c.expected.facts['subject']} is 4512."}]
+    assert score(c, invented, "end_turn")["no_invention"] is False
+    called = [{"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "anything", "input": {}}]}]
+    s = score(c, called, "tool_use")
+    assert s["right_tool"] is False and s["no_invention"] is False
+
+
+def test_memory_needs_the_exact_name():
+    c = make_skill("memory", "seen", 0)
+    assert score(c, _replay(c), "end_turn")["memory"] is True
+    wrong = [{"role": "assistant", "content": f"Your name is {c.expected.name[:-1]}."}]
+    assert score(c, wrong, "end_turn")["memory"] is False
+
+
+def test_fractions_skip_scores_that_do_not_apply():
+    rows = [{"memory": True, "args_exact": None}, {"memory": False, "args_exact": True}]
+    assert fractions(rows) == {"args_exact": 1.0, "n_args_exact": 1, "memory": 0.5, "n_memory": 2}
+
+
+def test_preference_pairs_render_and_differ(tokenizer):
+    pairs = make_skill_preferences(40, split="train", seed=0)
+    assert len(pairs) == 40
+    for pair in pairs:
+        ids = pair.render(tokenizer)
+        assert ids["chosen"] != ids["rejected"]

@@ -1,0 +1,70 @@
+"""Generated tools: valid definitions, real deterministic results, disjoint held-out word pools."""
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmkit.chat.template import tool_line
+from llmkit.chat.tools import run_tool_call, validate_arguments
+from llmkit.course.toolgen import (TOOL_WORDS, TYPES, draw_arguments, make_tool, pool_words, say_arguments, spoken)
+from llmkit.course.phrasing_pools import TRAIN
+from llmkit.course.values import value_split
+
+
+def test_train_and_heldout_pools_share_no_word():
+    assert not pool_words("train") & pool_words("heldout")
+    for key in ("descriptions", "keys"):
+        assert not set(TOOL_WORDS["train"][key]) & set(TOOL_WORDS["heldout"][key])
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10**9), split=st.sampled_from(["train", "heldout"]))
+def test_a_generated_tool_runs_and_its_arguments_validate(seed, split):
+    rng = random.Random(seed)
+    tool = make_tool(rng, split)
+    arguments = draw_arguments(rng, tool, split)
+    real = tool.as_tool()
+    validate_arguments(real, arguments)
+    result = run_tool_call([real], tool.name, arguments, tool_use_id="t")
+    assert not result["is_error"]
+    assert json.loads(result["content"]) == tool.result(arguments)  # a pure function of the arguments
+    assert tool_line(tool.definition()).startswith(tool.name + "(")
+    assert len(tool.params) <= 3 and tool.name == tool.name.lower() and " " not in tool.name
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10**9))
+def test_the_users_words_carry_every_argument_value(seed):
+    rng = random.Random(seed)
+    tool = make_tool(rng, "train")
+    arguments = draw_arguments(rng, tool, "train")
+    said = say_arguments(rng, tool, arguments, TRAIN.arg_styles, TRAIN.arg_joiners)
+    for p in tool.params:
+        assert spoken(arguments[p.name]) in said and p.words in said
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 10**9))
+def test_string_and_number_values_come_from_the_asked_split(seed):
+    rng = random.Random(seed)
+    tool = make_tool(rng, "train", params=3)
+    arguments = draw_arguments(rng, tool, "heldout")
+    for p in tool.params:
+        if p.type in ("string", "integer", "number"):
+            assert value_split(arguments[p.name]) == "heldout"
+
+
+def test_all_types_appear_and_names_vary():
+    rng = random.Random(0)
+    tools = [make_tool(rng, "train") for _ in range(400)]
+    assert {p.type for t in tools for p in t.params} == set(TYPES)
+    assert len({t.name for t in tools}) > 300
+    assert {len(t.params) for t in tools} == {0, 1, 2, 3}
+    assert any(t.nest for t in tools) and any(not t.nest for t in tools)
+
+
+def test_unknown_split_is_refused():
+    with pytest.raises(ValueError, match="tool split"):
+        make_tool(random.Random(0), "test")
