@@ -11,12 +11,13 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("llmkit.env", "check that this machine can run the course"),
     "train": ("llmkit.training.train", "pretrain a model from a JSON config"),
-    "finetune": ("llmkit.training.finetune", "SFT or DPO from a JSON config"),
+    "finetune": ("llmkit.course.recipe", "SFT or DPO on the course's conversations, from a JSON config"),
     "evals": ("llmkit.course.evals", "held-out evaluation of a chat model"),
     "react": ("llmkit.course.evals", "how often a ReAct step cannot be parsed"),
+    "serve": ("llmkit.cli", "serve a model over the Anthropic and OpenAI APIs, batching requests"),
     "export": ("llmkit.model.export", "write a model as a Hugging Face folder (for vLLM, TGI, llama.cpp)"),
 }
-ENTRY_POINTS = {"react": "react_main"}  # commands whose function is not called ``main``
+ENTRY_POINTS = {"react": "react_main", "serve": "serve_main"}  # commands whose function is not called ``main``
 
 
 def usage() -> str:
@@ -37,3 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     status = getattr(module, ENTRY_POINTS.get(name, "main"))(rest)
     return status if isinstance(status, int) else 0
+
+
+def serve_main(argv: list[str]) -> int:
+    """``llmkit serve``, with the course's web_search as the server tool (the serve floor sits below
+    the course, so the tool is handed in from here)."""
+    from llmkit.course.tools import web_search
+    from llmkit.serve.command import main as serve
+
+    return serve(argv, server_tools={"web_search": web_search})

@@ -47,8 +47,9 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import threading
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from llmkit.chat.constrained import ToolCallConstraint
 from llmkit.chat.context import check_context_policy, context_parts, fit_context
@@ -115,8 +116,10 @@ class Client:
         self.model, self.tokenizer = model, tokenizer
         self.prices = prices or Prices()
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
-        # the token loop, with ``generate.stream``'s signature; a server swaps in its batching engine's
-        self.token_stream = generate_stream
+        # the token loop, with ``generate.stream``'s signature; a server swaps in its batching engine's.
+        # Threads may share a client: each step of the loop (which runs the model and reads and
+        # fills the prefix cache) holds the lock, so requests from several threads interleave safely.
+        self.token_stream = _one_step_at_a_time(generate_stream, threading.RLock())
         self.stop_tokens = stop_tokens(tokenizer)
         self.conversations: dict[str, tuple[str | None, list, list[dict]]] = {}
         self._numbers = itertools.count(1)
@@ -296,6 +299,26 @@ class Messages:
 
 
 # --- helpers ------------------------------------------------------------------------------------------
+
+def _one_step_at_a_time(token_stream: Callable[..., Iterator], lock) -> Callable[..., Iterator]:
+    """``token_stream`` made safe to share between threads: every step runs while holding ``lock``.
+    The lock is never held while the caller has a token in hand, so streams in one thread can be
+    read in turn, and a reader that stops early blocks no one."""
+    def stream(*args, **kwargs) -> Iterator:
+        with lock:
+            events = token_stream(*args, **kwargs)
+        try:
+            while True:
+                with lock:
+                    event = next(events, None)
+                if event is None:
+                    return
+                yield event
+        finally:
+            with lock:
+                events.close()
+    return stream
+
 
 def _thinking_enabled(thinking) -> bool:
     if thinking is None:

@@ -1,0 +1,295 @@
+"""Continuous batching: one thread owns the model and decodes every running request together.
+
+A decode step of a small model costs about the same for one sequence as for eight (the weights are
+read once either way), so a server that runs requests one after another wastes most of each step.
+The engine keeps a *running batch*. Each loop it
+
+1. admits waiting requests while the batch has room and the KV pool (``llmkit.serve.paged``) can
+   promise them every block they may need: their prompt is prefilled (reusing cached prompt
+   blocks), their first token chosen, and from the next step on they decode with the others;
+2. runs one decode step for the whole batch, one new token per request;
+3. lets every request that stopped leave at once, its blocks back in the pool, so a long reply
+   never holds up a short one (Orca, Yu et al. 2022; vLLM, Kwon et al. 2023).
+
+Requests talk to the engine through queues: ``stream`` puts a ``Sequence`` in the inbox and reads
+its tokens from the sequence's outbox, with the same events as ``llmkit.generation.generate.stream``,
+so the chat client runs unchanged on top (``Client.token_stream``).
+
+Bounds: at most ``max_waiting`` requests wait (``Overloaded`` beyond that), a request that could
+never fit the pool is refused (``RequestTooLarge``), and one that runs past ``request_timeout_s``
+or is cancelled gives its blocks back at the next step.
+"""
+from __future__ import annotations
+
+import operator
+import queue
+import threading
+import time
+from collections import deque
+from typing import Collection, Iterable, Iterator, Sequence as Seq
+
+import torch
+
+from llmkit.generation.generate import StopEvent, TokenEvent, check_stop_sequences
+from llmkit.generation.sampling import GREEDY, SamplingParams
+from llmkit.model.fast import FastModel
+from llmkit.model.transformer import Transformer
+from llmkit.serve.paged import BlockPool, paged_forward
+from llmkit.serve.sequence import Cancelled, RequestContext, RequestTimeout, Sequence
+
+IDLE_WAIT_S = 0.05  # how long an idle engine sleeps on its inbox before looking for cancellations
+
+
+class Overloaded(RuntimeError):
+    """Too many requests are waiting already (or the server is shutting down); try again later."""
+
+
+class RequestTooLarge(ValueError):
+    """The request needs more KV blocks than the whole pool holds."""
+
+
+class Engine:
+    """The model behind a server: ``stream`` a request, read ``stats()``, ``close()`` at the end."""
+
+    def __init__(self, model: Transformer, *, max_batch: int = 8, kv_cache_mb: float = 64.0,
+                 block_size: int = 16, max_waiting: int = 64, request_timeout_s: float = 300.0):
+        for name, value in (("max_batch", max_batch), ("max_waiting", max_waiting)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        self.model = model.eval()
+        self.fast = FastModel(model)
+        weight = model.embed.weight
+        self.pool = BlockPool.of_size(model.config, kv_cache_mb, block_size=block_size, device=weight.device,
+                                      dtype=weight.dtype)
+        self.max_batch, self.max_waiting, self.request_timeout_s = max_batch, max_waiting, request_timeout_s
+        self.inbox: queue.Queue[Sequence] = queue.Queue()
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._lock = threading.Lock()
+        self._queued = 0  # submitted and not yet running (inbox + waiting)
+        self._closing = False
+        self._counts = dict(requests=0, finished=0, cancelled=0, timed_out=0, failed=0, output_tokens=0,
+                            prompt_tokens=0, cache_read_tokens=0, cache_hits=0)
+        self._recent: deque[tuple[float, int]] = deque()  # (time, tokens made) of recent steps
+        self._thread = threading.Thread(target=self._loop, name="llmkit-engine", daemon=True)
+        self._thread.start()
+
+    # --- the requests' side ----------------------------------------------------------------------
+    def stream(self, model: Transformer, prompt_ids: Seq[int], *, max_new_tokens: int,
+               sampling: SamplingParams | None = None, stop_tokens: Iterable[int] = (),
+               tool_stop_tokens: Iterable[int] = (), stop_sequences: Iterable[str] = (), tokenizer=None,
+               seed: int | None = None, prefix_cache=None, suppress_tokens: Collection[int] = (),
+               constraint=None, context: RequestContext | None = None) -> Iterator[TokenEvent | StopEvent]:
+        """``llmkit.generation.generate.stream`` through the batch. The engine's own prompt cache (its
+        named blocks) serves every request, so ``prefix_cache`` is not used."""
+        if model is not self.model:
+            raise ValueError("this engine serves another model")
+        sequence = self._make(list(map(operator.index, prompt_ids)), max_new_tokens, sampling or GREEDY,
+                              stop_tokens, tool_stop_tokens, stop_sequences, tokenizer, seed, suppress_tokens,
+                              constraint, context or RequestContext())
+        self._submit(sequence)
+        return self._events(sequence)
+
+    def _make(self, prompt, max_new_tokens, sampling, stop_tokens, tool_stop_tokens, stop_sequences, tokenizer,
+              seed, suppress_tokens, constraint, context) -> Sequence:
+        config = self.model.config
+        if not 0 < len(prompt) < config.context_length:
+            raise ValueError(f"the prompt is {len(prompt)} tokens; it must hold 1 to {config.context_length - 1} "
+                             f"(the context window is {config.context_length} and one new token must fit)")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
+        suppressed = None
+        if suppress_tokens:
+            suppressed = torch.zeros(config.vocab_size, dtype=torch.bool)
+            suppressed[sorted(suppress_tokens)] = True
+        sequence = Sequence(prompt, max_new_tokens=max_new_tokens, context_length=config.context_length,
+                            params=sampling, seed=seed, end_turn=frozenset(stop_tokens),
+                            tool_use=frozenset(tool_stop_tokens), tokenizer=tokenizer,
+                            stop_sequences=check_stop_sequences(stop_sequences, tokenizer), suppressed=suppressed,
+                            constraint=constraint() if constraint is not None else None, context=context,
+                            deadline=time.monotonic() + self.request_timeout_s, device=self.model.device)
+        needed = self.pool.blocks_for(sequence.most_positions)
+        if needed > self.pool.num_blocks:
+            raise RequestTooLarge(f"this request may need {needed} KV blocks but the pool holds "
+                                  f"{self.pool.num_blocks}; start the server with a larger --kv-cache-mb "
+                                  f"or ask for fewer max_tokens")
+        return sequence
+
+    def _submit(self, sequence: Sequence) -> None:
+        with self._lock:
+            if self._closing:
+                raise Overloaded("the server is shutting down")
+            if self._queued >= self.max_waiting:
+                raise Overloaded(f"{self._queued} requests are already waiting (the limit is "
+                                 f"{self.max_waiting}); try again shortly")
+            self._queued += 1
+        self.inbox.put(sequence)
+
+    def _events(self, sequence: Sequence) -> Iterator[TokenEvent | StopEvent]:
+        """The sequence's events as the engine makes them; leaving early cancels it."""
+        try:
+            while True:
+                try:
+                    item = sequence.outbox.get(timeout=1.0)
+                except queue.Empty:
+                    if not self._thread.is_alive():
+                        raise RuntimeError("the engine thread stopped") from None
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, StopEvent):
+                    return
+        finally:
+            sequence.context.cancel() if sequence.stop_reason is None else None
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new requests, finish the ones admitted or waiting, then stop the thread."""
+        with self._lock:
+            self._closing = True
+        self._thread.join(timeout)
+
+    # --- the engine thread -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        with torch.inference_mode():
+            while True:
+                idle = not self.running and not self.waiting
+                if idle and self._closing and self.inbox.empty():
+                    return
+                self._take_inbox(wait=idle)
+                self._drop_cancelled()
+                self._admit()
+                if self.running:
+                    self._guarded(self.running, self._decode_step)
+
+    def _take_inbox(self, wait: bool) -> None:
+        try:
+            self.waiting.append(self.inbox.get(timeout=IDLE_WAIT_S) if wait else self.inbox.get_nowait())
+            while True:
+                self.waiting.append(self.inbox.get_nowait())
+        except queue.Empty:
+            pass
+
+    def _drop_cancelled(self) -> None:
+        now = time.monotonic()
+        for group in (self.running, self.waiting):
+            for sequence in [s for s in group if s.cancelled or now > s.deadline]:
+                group.remove(sequence)
+                if group is self.waiting:
+                    self._dequeued()
+                timed_out = not sequence.cancelled
+                self._counts["timed_out" if timed_out else "cancelled"] += 1
+                self._finish(sequence, RequestTimeout(f"the request ran past the server's limit of "
+                                                      f"{self.request_timeout_s:g} s per request")
+                             if timed_out else Cancelled("the request was cancelled"))
+
+    def _dequeued(self) -> None:
+        with self._lock:
+            self._queued -= 1
+
+    def _admit(self) -> None:
+        """Move waiting requests into the batch, oldest first, while there is room and memory."""
+        pool = self.pool
+        while self.waiting and len(self.running) < self.max_batch:
+            sequence = self.waiting[0]
+            cached = pool.find_prefix(sequence.prompt)
+            needed = pool.blocks_for(sequence.most_positions) - len(cached)
+            promised = sum(pool.blocks_for(s.most_positions) - len(s.table) for s in self.running)
+            if pool.available - promised < needed:  # it waits until running requests give blocks back
+                pool.release(cached)
+                return
+            self.waiting.popleft()
+            self._dequeued()
+            sequence.table, sequence.length = cached, len(cached) * pool.block_size
+            sequence.cache_read = sequence.length
+            self.running.append(sequence)
+            self._guarded([sequence], self._prefill)
+
+    def _prefill(self, sequences: list[Sequence]) -> None:
+        (sequence,) = sequences
+        pool, prompt, device = self.pool, sequence.prompt, self.model.device
+        while len(sequence.table) < pool.blocks_for(len(prompt)):
+            sequence.table.append(pool.allocate())
+        ids = torch.tensor([prompt[sequence.length:]], device=device)
+        positions = torch.arange(sequence.length, len(prompt), device=device).unsqueeze(0)
+        logits = paged_forward(self.fast, pool, ids, positions, torch.tensor([sequence.table], device=device))
+        sequence.length = len(prompt)
+        sequence.context.cache_write_tokens += pool.name(sequence.table, prompt) * pool.block_size
+        self._counts["requests"] += 1
+        self._counts["prompt_tokens"] += len(prompt)
+        self._counts["cache_read_tokens"] += sequence.cache_read
+        self._counts["cache_hits"] += sequence.cache_read > 0
+        self._choose([sequence], logits)
+
+    def _decode_step(self, batch: list[Sequence]) -> None:
+        pool, device = self.pool, self.model.device
+        for sequence in batch:
+            if sequence.length == len(sequence.table) * pool.block_size:
+                sequence.table.append(pool.allocate())  # promised at admission, so never short
+        width = max(len(s.table) for s in batch)
+        tables = torch.tensor([s.table + [s.table[0]] * (width - len(s.table)) for s in batch], device=device)
+        ids = torch.tensor([[s.tokens[-1]] for s in batch], device=device)
+        positions = torch.tensor([[s.length] for s in batch], device=device)
+        logits = paged_forward(self.fast, pool, ids, positions, tables)
+        for sequence in batch:
+            sequence.length += 1
+        self._choose(list(batch), logits)
+
+    def _choose(self, batch: list[Sequence], logits: torch.Tensor) -> None:
+        for row, sequence in enumerate(batch):
+            try:
+                sequence.add(sequence.choose(logits[row:row + 1]))
+            except Exception as error:  # a constraint that failed: only this request ends
+                self._counts["failed"] += 1
+                self.running.remove(sequence)
+                self._finish(sequence, error)
+                continue
+            sequence.context.peak_blocks = max(sequence.context.peak_blocks, len(sequence.table))
+            if sequence.stop_reason is not None:
+                self.running.remove(sequence)
+                self._counts["finished"] += 1
+                self._finish(sequence, None)
+        self._counts["output_tokens"] += len(batch)
+        self._recent.append((time.monotonic(), len(batch)))
+
+    def _guarded(self, batch: list[Sequence], step) -> None:
+        """Run a forward pass; if it fails, the requests in it end with the error, not the server."""
+        try:
+            step(batch)
+        except Exception as error:
+            for sequence in list(batch):
+                if sequence in self.running:
+                    self.running.remove(sequence)
+                    self._counts["failed"] += 1
+                    self._finish(sequence, error)
+
+    def _finish(self, sequence: Sequence, error: BaseException | None) -> None:
+        """Give the sequence's blocks back (naming its full blocks for the prompt cache first)."""
+        if error is None and sequence.table:
+            self.pool.name(sequence.table, (sequence.prompt + sequence.tokens)[:sequence.length])
+        self.pool.release(sequence.table)
+        sequence.table = []
+        if error is not None:
+            sequence.fail(error)
+
+    # --- what /v1/stats shows -----------------------------------------------------------------------
+    def stats(self) -> dict:
+        """Running and waiting requests, KV blocks, recent tokens per second, prompt-cache reuse."""
+        now, recent = time.monotonic(), list(self._recent)
+        while self._recent and self._recent[0][0] < now - 10:
+            self._recent.popleft()
+        window = [n for t, n in recent if t >= now - 5]
+        pool, counts = self.pool, dict(self._counts)
+        return {
+            "running": len(self.running), "waiting": self._queued, "max_batch": self.max_batch,
+            "max_waiting": self.max_waiting,
+            "kv_blocks": {"total": pool.num_blocks, "used": pool.used, "cached_idle": len(pool.idle),
+                          "free": len(pool.free), "block_size": pool.block_size,
+                          "pool_mib": round(pool.nbytes / 2**20, 3),
+                          "per_running_request": [len(s.table) for s in list(self.running)]},
+            "tokens_per_second_5s": round(sum(window) / 5, 2),
+            "prompt_cache": {"hits": counts["cache_hits"], "read_tokens": counts["cache_read_tokens"],
+                             "prompt_tokens": counts["prompt_tokens"], "evictions": pool.evictions},
+            "requests": {k: counts[k] for k in ("requests", "finished", "cancelled", "timed_out", "failed")},
+            "output_tokens": counts["output_tokens"],
+        }
