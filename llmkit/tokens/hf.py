@@ -120,10 +120,10 @@ def hf_merges(ranks: dict[bytes, int]) -> list[list[str]]:
 def tokenizer_json(tokenizer) -> dict[str, Any]:
     """The ``tokenizer.json`` document (``tokenizers`` format) for an llmkit ``Tokenizer``."""
     ranks = tokenizer.mergeable_ranks
-    duplicates = sorted(set(range(tokenizer.vocab_size)) - set(ranks.values()) - set(tokenizer.special_tokens.values()))
+    duplicates = _repeated_tokens(tokenizer, set(ranks.values()) | set(tokenizer.special_tokens.values()))
     if duplicates:
-        raise ValueError(f"token ids {duplicates[:8]} repeat the bytes of earlier tokens (or are unused); Hugging "
-                         "Face's vocabulary maps each string to one id, so this tokenizer cannot be exported as is")
+        raise ValueError(f"token ids {duplicates[:8]} repeat the bytes of earlier tokens; Hugging Face's vocabulary "
+                         "maps each string to one id, so this tokenizer cannot be exported as it is")
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     steps = [byte_level]
     if tokenizer.pattern is not None:
@@ -143,10 +143,33 @@ def tokenizer_json(tokenizer) -> dict[str, Any]:
         "model": {
             "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
-            "vocab": {token_text(token): token_id for token, token_id in sorted(ranks.items(), key=lambda i: i[1])},
+            "vocab": _vocab(ranks, tokenizer.special_tokens),
             "merges": hf_merges(ranks),
         },
     }
+
+
+def _vocab(ranks: dict[bytes, int], special_tokens: dict[str, int]) -> dict[str, int]:
+    """Token text -> id, special tokens included: ``tokenizers`` gives an added token that is not in
+    the vocabulary the next free id, which is wrong when the ids have gaps (cl100k's do)."""
+    vocab = {token_text(token): token_id for token, token_id in sorted(ranks.items(), key=lambda item: item[1])}
+    clashes = sorted(name for name in special_tokens if name in vocab)
+    if clashes:
+        raise ValueError(f"special tokens {clashes} are also ordinary tokens in the byte-level alphabet; rename them")
+    return {**vocab, **special_tokens}
+
+
+def _repeated_tokens(tokenizer, known: set[int]) -> list[int]:
+    """Ids that a merge gave the bytes of an earlier token (encoding never produces them). Ids
+    that are simply unused, such as the gaps between cl100k's special tokens, are fine."""
+    repeated = []
+    for token_id in sorted(set(range(tokenizer.vocab_size)) - known):
+        try:
+            tokenizer.token_bytes(token_id)
+        except ValueError:
+            continue  # a gap: no token has this id
+        repeated.append(token_id)
+    return repeated
 
 
 def tokenizer_config(tokenizer, *, model_max_length: int | None = None) -> dict[str, Any]:

@@ -62,12 +62,28 @@ _TEMPLATE = r"""
   {%- endif -%}
 {%- endmacro -%}
 
+{%- macro is_word_char(char) -%}
+  {{- "yes" if (char.isalnum() or char == "_") else "" -}}
+{%- endmacro -%}
+
+{%- macro is_abbreviation(word) -%}
+  {#- "e.g.", "Dr." and the like, or letters with dots such as "U.S.": a dot that ends no sentence. -#}
+  {%- set word = word.lstrip("(\"'") -%}
+  {%- set dotted = namespace(ok=(word|length >= 4 and word|length is even)) -%}
+  {%- for i in range(0, word|length, 2) if dotted.ok -%}
+    {%- set dotted.ok = is_word_char(word[i]) and word[i + 1] == "." -%}
+  {%- endfor -%}
+  {{- "yes" if (word.endswith(("e.g.", "i.e.", "cf.", "vs.", "approx.", "Mr.", "Mrs.", "Ms.", "Dr.", "St."))
+      or dotted.ok) else "" -}}
+{%- endmacro -%}
+
 {%- macro summary(description) -%}
-  {#- The first sentence: up to the first ". ", "! " or "? " (or the end), on one line. -#}
+  {#- The first sentence: up to the first ".", "!" or "?" before a space (or the end) that is not an
+      abbreviation's dot; all of it if there is none. On one line. -#}
   {%- set words = description.split() -%}
   {%- set found = namespace(n=words|length) -%}
   {%- for word in words -%}
-    {%- if found.n == words|length and word[-1] in ".!?" and (not loop.first or word|length > 1) -%}
+    {%- if found.n == words|length and word[-1] in ".!?" and not is_abbreviation(word) -%}
       {%- set found.n = loop.index -%}
     {%- endif -%}
   {%- endfor -%}
@@ -93,10 +109,23 @@ _TEMPLATE = r"""
   {%- endif -%}
 {%- endmacro -%}
 
+{%- macro is_parameter_name(name) -%}
+  {%- set check = namespace(ok=(name is string and name|length > 0)) -%}
+  {%- for char in (name if check.ok else "") -%}
+    {%- set check.ok = check.ok and (is_word_char(char) or char == "-") -%}
+  {%- endfor -%}
+  {{- "yes" if check.ok else "" -}}
+{%- endmacro -%}
+
 {%- macro signature(schema) -%}
+  {#- Short when every parameter fits the notation; compact JSON (without descriptions) otherwise. -#}
   {%- set allowed = ["type", "properties", "required", "additionalProperties", "description"] -%}
-  {%- if schema.get("type") == "object" and (schema|list|reject("in", allowed)|list|length == 0)
-        and schema.get("additionalProperties", false) is false and schema.get("properties", {}) is mapping -%}
+  {%- set simple = namespace(ok=schema.get("type") == "object" and (schema|list|reject("in", allowed)|list|length == 0)
+        and schema.get("additionalProperties", false) is false and schema.get("properties", {}) is mapping) -%}
+  {%- for name in (schema.get("properties", {}) if simple.ok else []) -%}
+    {%- set simple.ok = simple.ok and is_parameter_name(name) -%}
+  {%- endfor -%}
+  {%- if simple.ok -%}
     {%- set required = schema.get("required", []) -%}
     {%- set parts = namespace(items=[]) -%}
     {%- for name, prop in schema.get("properties", {}).items() -%}
@@ -122,6 +151,13 @@ _TEMPLATE = r"""
   {%- if name is not string or not name or description is not string or schema is not mapping -%}
     {{- raise_exception("a tool needs a name, a description and an input_schema (or the OpenAI function "
         ~ "shape), got " ~ tool|tojson) -}}
+  {%- endif -%}
+  {%- set valid = namespace(ok=name|length <= 64) -%}
+  {%- for char in name -%}
+    {%- set valid.ok = valid.ok and char in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-" -%}
+  {%- endfor -%}
+  {%- if not valid.ok -%}
+    {{- raise_exception("the tool name " ~ name|tojson ~ " is not 1 to 64 letters, digits, '_' or '-'") -}}
   {%- endif -%}
   {{- name ~ "(" ~ signature(schema) ~ "): " ~ summary(description) -}}
 {%- endmacro -%}
@@ -155,7 +191,8 @@ _TEMPLATE = r"""
 {%- endmacro -%}
 
 {#- ---- the conversation ---- -#}
-{%- set state = namespace(system=(system if system is defined else none), start=0, tool_ids=[], in_text=false) -%}
+{%- set state = namespace(system=(system if system is defined else none), start=0, pending=[], answered=[],
+                        in_text=false) -%}
 {%- if messages and messages[0]["role"] == "system" -%}
   {%- set first = messages[0]["content"] -%}
   {%- set state.system = first if first is string else (first|map(attribute="text")|join("")) -%}
@@ -178,6 +215,14 @@ _TEMPLATE = r"""
   {%- set content = message.get("content") -%}
   {%- set blocks = [{"type": "text", "text": content}] if content is string
         else ([] if content is none else content) -%}
+  {%- set answer_id = message.get("tool_call_id") if role == "tool" else none -%}
+  {%- if role == "user" and content is not string and content is not none and not content -%}
+    {{- raise_exception("a user message with an empty content list has no place in the conversation") -}}
+  {%- endif -%}
+  {%- if answer_id is string -%}
+    {%- set blocks = [{"type": "tool_result", "tool_use_id": answer_id, "content": content or ""}] -%}
+    {%- set role = "user" -%}
+  {%- endif -%}
   {%- if role == "tool" -%}
     {{- result(content if content is not none else "", false) -}}
     {%- set state.in_text = false -%}
@@ -188,9 +233,14 @@ _TEMPLATE = r"""
         {{- ("" if state.in_text else "<|user|>") ~ text(block["text"]) -}}
         {%- set state.in_text = true -%}
       {%- elif block["type"] == "tool_result" -%}
-        {%- if block["tool_use_id"] not in state.tool_ids -%}
-          {{- raise_exception("tool_result " ~ block["tool_use_id"]|tojson ~ " matches no earlier tool_use") -}}
+        {%- set answered = block["tool_use_id"] -%}
+        {%- if answered in state.answered -%}
+          {{- raise_exception("tool_use " ~ answered|tojson ~ " already has its tool_result; send one per call") -}}
+        {%- elif answered not in state.pending -%}
+          {{- raise_exception("tool_result " ~ answered|tojson ~ " matches no earlier tool_use") -}}
         {%- endif -%}
+        {%- set state.pending = state.pending|reject("equalto", answered)|list -%}
+        {%- set state.answered = state.answered + [answered] -%}
         {{- result(block.get("content", ""), block.get("is_error", false)) -}}
         {%- set state.in_text = false -%}
       {%- else -%}
@@ -206,6 +256,9 @@ _TEMPLATE = r"""
     {%- if calls|length > 1 -%}
       {{- raise_exception("one tool call per assistant turn: generation stops at <|end_tool_call|>") -}}
     {%- endif -%}
+    {%- if state.pending -%}
+      {{- raise_exception("tool_use " ~ state.pending[0]|tojson ~ " has no tool_result before the next assistant turn") -}}
+    {%- endif -%}
     {{- "<|assistant|>" -}}
     {%- for block in blocks -%}
       {%- if block["type"] == "text" -%}
@@ -216,11 +269,19 @@ _TEMPLATE = r"""
         {%- if block["type"] == "tool_use" and (not loop.last or calls) -%}
           {{- raise_exception("a tool_use block must be the last block of its assistant message") -}}
         {%- endif -%}
+        {%- if block["type"] == "server_tool_use" and (loop.nextitem is not defined
+              or loop.nextitem["type"] != "server_tool_result" or loop.nextitem["tool_use_id"] != block["id"]) -%}
+          {{- raise_exception("a server_tool_use is followed at once by the server_tool_result that answers it") -}}
+        {%- endif -%}
         {%- if block["type"] == "tool_use" -%}
-          {%- set state.tool_ids = state.tool_ids + [block["id"]] -%}
+          {%- set state.pending = state.pending + [block["id"]] if block["id"] is string and block["id"] not in
+                state.pending + state.answered else raise_exception("each tool_use needs its own string id") -%}
         {%- endif -%}
         {{- tool_call(block.get("name"), block.get("input")) -}}
       {%- elif block["type"] == "server_tool_result" -%}
+        {%- if loop.previtem is not defined or loop.previtem["type"] != "server_tool_use" -%}
+          {{- raise_exception("a server_tool_result follows the server_tool_use it answers") -}}
+        {%- endif -%}
         {{- result(block.get("content", ""), block.get("is_error", false)) ~ "<|assistant|>" -}}
       {%- else -%}
         {{- raise_exception("an assistant message may not hold a block of type " ~ block["type"]|tojson) -}}
@@ -228,7 +289,10 @@ _TEMPLATE = r"""
     {%- endfor -%}
     {%- for call in calls -%}
       {%- set function = call["function"] if call["function"] is defined else call -%}
-      {%- set state.tool_ids = state.tool_ids + [call.get("id")] -%}
+      {%- if call.get("id") is string -%}
+        {%- set state.pending = state.pending + [call["id"]] if call["id"] not in state.pending + state.answered
+              else raise_exception("each tool call needs its own id") -%}
+      {%- endif -%}
       {{- tool_call(function.get("name"), function.get("arguments")) -}}
     {%- endfor -%}
     {%- set ends_in_call = calls or (blocks and blocks[-1]["type"] == "tool_use") -%}
@@ -242,6 +306,9 @@ _TEMPLATE = r"""
   {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt and (not conversation or conversation[-1]["role"] in ("user", "tool")) -%}
+  {%- if state.pending -%}
+    {{- raise_exception("tool_use " ~ state.pending[0]|tojson ~ " has no tool_result before the next assistant turn") -}}
+  {%- endif -%}
   {{- "<|assistant|>" -}}
 {%- endif -%}
 """
