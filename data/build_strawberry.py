@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from llmkit.chat.template import parse_assistant, render, stop_tokens  # noqa: E402
 from llmkit.course.conversations import REAL_WORDS, STRAWBERRY_FORMATS, strawberry_tasks  # noqa: E402
 from llmkit.course.evals import numbers_in, run_conversation  # noqa: E402
-from llmkit.training.finetune import FinetuneConfig, finetune  # noqa: E402
+from llmkit.course.recipe import ChatFinetuneConfig, finetune_chat  # noqa: E402
 from llmkit.generation.generate import generate  # noqa: E402
 
 RESULTS = REPO / "data" / "strawberry" / "results.json"
@@ -114,12 +114,12 @@ def summarise(items: list[dict]) -> dict:
 
 
 def run(fmt: str, steps: int, batch_size: int, threads: int, seeds: tuple[int, ...], fresh: float) -> dict:
-    cfg = FinetuneConfig(base_model="base", data=f"strawberry:{fmt}", out_dir=f"runs/strawberry/{fmt}",
+    cfg = ChatFinetuneConfig(base_model="base", data=f"strawberry:{fmt}", out_dir=f"runs/strawberry/{fmt}",
                          batch_size=batch_size, max_steps=steps, learning_rate=1.5e-3, min_learning_rate=1e-4,
                          warmup_steps=max(1, steps // 20), eval_every=steps, checkpoint_every=steps,
                          heldout_examples=32, threads=threads, seed=1337, fresh_entities=fresh)
     started = time.perf_counter()
-    model = finetune("sft", cfg, progress=False)
+    model = finetune_chat("sft", cfg, progress=False)
     train_seconds = time.perf_counter() - started
     from llmkit.model.weights import load_model
     _, tokenizer = load_model("base")

@@ -7,12 +7,16 @@ import pytest
 import torch
 
 from llmkit.course.conversations import make_conversations, make_preferences
-from llmkit.training.finetune import (FinetuneConfig, answer_logprobs, conversation_batch, dpo_loss, finetune, pad_batch,
-                             preference_batch)
+from llmkit.course.recipe import ChatFinetuneConfig, finetune_chat
+from llmkit.training.config import FinetuneConfig
+from llmkit.training.dpo import answer_logprobs, dpo_loss, preference_batch
+from llmkit.training.sft import conversation_batch, pad_batch
 from llmkit.model.transformer import ModelConfig, Transformer
+from llmkit.model.weights import save as save_weights
 from llmkit.paths import data_path
 from llmkit.tokens.tokenizer import Tokenizer
-from llmkit.training.train import lm_loss, read_log
+from llmkit.training.checkpoint import read_log
+from llmkit.training.loop import lm_loss
 
 TOKENIZER = data_path("models", "base", "tokenizer.json")
 
@@ -32,7 +36,7 @@ def tiny_model(vocab_size: int, seed: int = 0) -> Transformer:
 def tiny_base(tmp_path_factory, tokenizer) -> Path:
     """A tiny randomly initialised 'base model' folder that load_model opens."""
     folder = tmp_path_factory.mktemp("tiny_base")
-    tiny_model(tokenizer.vocab_size).save(folder)
+    save_weights(tiny_model(tokenizer.vocab_size), folder)
     (folder / "tokenizer.json").write_bytes(TOKENIZER.read_bytes())
     return folder
 
@@ -87,8 +91,10 @@ def test_too_long_conversation_is_an_error_not_a_cut():
 def test_config_rejects_unknown_keys_and_data():
     with pytest.raises(ValueError, match="did you mean 'max_steps'"):
         FinetuneConfig.from_dict({"max_step": 3})
+    with pytest.raises(ValueError, match="unknown key 'data'"):  # which examples is the caller's business
+        FinetuneConfig.from_dict({"data": "chat"})
     with pytest.raises(ValueError, match="strawberry"):
-        FinetuneConfig.from_dict({"data": "poems"})
+        ChatFinetuneConfig.from_dict({"data": "poems"})
 
 
 # ------------------------------------------------------------------------------------------ DPO
@@ -132,17 +138,17 @@ def test_preference_batch_puts_chosen_then_rejected(tokenizer):
 def test_tiny_sft_then_dpo_runs(tiny_base, tmp_path):
     common = dict(base_model=str(tiny_base), kinds=["direct", "memory"], batch_size=4, learning_rate=3e-3,
                   warmup_steps=2, log_every=2, heldout_examples=8, device="cpu", threads=1)
-    sft = FinetuneConfig.from_dict({**common, "out_dir": str(tmp_path / "sft"), "max_steps": 12, "eval_every": 12,
+    sft = ChatFinetuneConfig.from_dict({**common, "out_dir": str(tmp_path / "sft"), "max_steps": 12, "eval_every": 12,
                                     "checkpoint_every": 12})
-    finetune("sft", sft, progress=False)
+    finetune_chat("sft", sft, progress=False)
     evals = [r["heldout_loss"] for r in read_log(tmp_path / "sft" / "train_log.jsonl") if r["kind"] == "eval"]
     assert len(evals) == 2 and evals[-1] < evals[0] - 0.5  # from ~ln(2048) = 7.6 nats towards the template
     assert (tmp_path / "sft" / "model" / "tokenizer.json").is_file()
 
-    dpo = FinetuneConfig.from_dict({**common, "kinds": ["memory"], "base_model": str(tmp_path / "sft" / "model"),
+    dpo = ChatFinetuneConfig.from_dict({**common, "kinds": ["memory"], "base_model": str(tmp_path / "sft" / "model"),
                                     "out_dir": str(tmp_path / "dpo"), "max_steps": 4, "eval_every": 4,
                                     "checkpoint_every": 4, "learning_rate": 1e-3, "beta": 0.5})
-    finetune("dpo", dpo, progress=False)
+    finetune_chat("dpo", dpo, progress=False)
     records = [r for r in read_log(tmp_path / "dpo" / "train_log.jsonl") if r["kind"] == "eval"]
     assert records[0]["heldout_loss"] == pytest.approx(math.log(2), abs=1e-4)  # policy = reference at step 0
     assert 0.0 <= records[-1]["heldout_reward_accuracy"] <= 1.0
@@ -152,7 +158,7 @@ def test_tiny_sft_then_dpo_runs(tiny_base, tmp_path):
 
 def test_fresh_entities_are_invented_real_and_never_heldout():
     from llmkit.course.conversations import CITIES, NAMES, words
-    from llmkit.training.finetune import example_source
+    from llmkit.course.recipe import example_source
 
     heldout = set(CITIES["heldout"]) | set(NAMES["heldout"]) | set(words("heldout"))
     plain = make_conversations(60, split="train", seed=9)
@@ -175,7 +181,7 @@ def test_fresh_entities_are_invented_real_and_never_heldout():
 
 
 def test_fresh_conversation_that_does_not_fit_falls_back_to_the_original():
-    from llmkit.training.finetune import example_source
+    from llmkit.course.recipe import example_source
 
     plain = make_conversations(12, split="train", seed=5)
     assert example_source("chat", None, fresh=1.0, fits=lambda c: False)(12, "train", 5) == plain
@@ -186,7 +192,7 @@ def test_set_dropout_turns_off_every_kind_of_dropout():
     left in attention, the residual branches or the embeddings)."""
     import torch
 
-    from llmkit.training.finetune import set_dropout
+    from llmkit.training.sft import set_dropout
     from llmkit.model.transformer import ModelConfig, Transformer
 
     torch.manual_seed(0)
@@ -204,7 +210,7 @@ def test_set_dropout_turns_off_every_kind_of_dropout():
 
 
 def test_dpo_sft_weight_adds_the_chosen_answers_next_token_loss():
-    from llmkit.training.finetune import DPOObjective
+    from llmkit.training.dpo import DPOObjective
 
     torch.manual_seed(0)
     reference = Transformer(ModelConfig.llama(vocab_size=32, context_length=8, d_model=16, n_layers=1, n_heads=2))
@@ -223,7 +229,7 @@ def test_dpo_sft_weight_adds_the_chosen_answers_next_token_loss():
 
 def test_varied_invented_names_use_many_different_tokens_and_never_heldout_ones():
     from llmkit.course.conversations import NAMES
-    from llmkit.training.finetune import example_source
+    from llmkit.course.recipe import example_source
 
     tokenizer = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
     source = example_source("chat", ["memory"], fresh=1.0, varied=True)
@@ -237,7 +243,7 @@ def test_copy_words_draw_every_token_alike_and_never_a_heldout_value(tokenizer):
     import collections
     import random
 
-    from llmkit.training.finetune import CopyWords
+    from llmkit.course.entities import CopyWords
 
     text = "the violet violent doe does goes foes ANYONE anyway Zebra zoo " * 3 + "Viola Anya Zoe Giraffe giraffe"
     lexicon = CopyWords(tokenizer, text, taken={"Viola", "Anya", "Zoe", "giraffe"})
@@ -255,7 +261,8 @@ def test_copy_words_draw_every_token_alike_and_never_a_heldout_value(tokenizer):
 
 def test_corpus_names_reach_tokens_that_syllables_miss(tokenizer):
     from llmkit.course.conversations import NAMES
-    from llmkit.training.finetune import CopyWords, example_source
+    from llmkit.course.entities import CopyWords
+    from llmkit.course.recipe import example_source
 
     def names_and_tokens(**kwargs):
         source = example_source("chat", ["memory"], fresh=1.0, varied=True, **kwargs)
@@ -274,7 +281,8 @@ def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_lis
     the first 8 kinds only (no "no_tool", "search" or "react" ever reached the model)."""
     import collections
 
-    from llmkit.training.finetune import example_source, step_seed
+    from llmkit.course.recipe import example_source
+    from llmkit.training.sft import step_seed
 
     kinds = ["weather", "letters", "arithmetic", "memory", "memory", "memory", "memory", "memory",
              "no_tool", "no_tool", "direct", "search", "react"]
@@ -286,7 +294,8 @@ def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_lis
 
 def test_repeat_conversations_say_the_words_back_and_fresh_ones_invent_every_word(tokenizer):
     from llmkit.course.conversations import CITIES, NAMES, make_conversations, words
-    from llmkit.training.finetune import CopyWords, example_source
+    from llmkit.course.entities import CopyWords
+    from llmkit.course.recipe import example_source
 
     heldout = set(NAMES["heldout"]) | set(CITIES["heldout"]) | set(words("heldout"))
     for c in make_conversations(12, split="heldout", seed=3, kinds=["repeat"]):

@@ -13,7 +13,7 @@ from llmkit import cli
 from llmkit.course import react
 from llmkit.chat.template import MARKERS
 from llmkit.course.evals import EVAL_KINDS, react_parse_failures
-from llmkit.training.finetune import with_fresh_entity
+from llmkit.course.entities import with_fresh_entity
 from llmkit.model.transformer import ModelConfig
 from llmkit.paths import DATA_DIR
 from llmkit.course.react import ParseFailure, format_action, format_observation, parse_action

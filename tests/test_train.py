@@ -12,7 +12,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from llmkit.paths import data_path
-from llmkit.training.train import TrainConfig, learning_rate, lm_loss, main, make_optimizer, read_log, train
+from llmkit.training.checkpoint import read_log
+from llmkit.training.config import TrainConfig
+from llmkit.training.loop import learning_rate, lm_loss, make_optimizer
+from llmkit.training.train import main, train
 from llmkit.model.transformer import ModelConfig, Transformer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ import torch  # noqa: E402
 
 from llmkit.chat.template import render  # noqa: E402
 from llmkit.course.conversations import KINDS, make_conversations, make_preferences  # noqa: E402
-from llmkit.training.finetune import dpo_loss  # noqa: E402
+from llmkit.training.dpo import dpo_loss  # noqa: E402
 from llmkit.model.transformer import ModelConfig  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
 from llmkit.viz import chat as chat_viz  # noqa: E402

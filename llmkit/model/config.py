@@ -13,9 +13,15 @@ from typing import Any
 
 import torch
 
+from llmkit.checks import is_int
+
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope")
+# Far above any model this course (or a laptop) could load, and low enough that a damaged or hostile
+# config.json is refused before it asks for terabytes.
+LIMITS = {"vocab_size": 1 << 22, "context_length": 1 << 22, "d_model": 1 << 16, "n_layers": 1 << 10,
+          "n_heads": 1 << 12, "n_kv_heads": 1 << 12, "d_ff": 1 << 20}
 
 
 def swiglu_hidden_size(d_model: int, multiple_of: int = 32) -> int:
@@ -57,7 +63,7 @@ class ModelConfig:
             object.__setattr__(self, "d_ff", d_ff)
         for name in ("rope_theta", "norm_eps", "dropout"):  # JSON may give 10000 for 10000.0
             value = getattr(self, name)
-            if isinstance(value, int) and not isinstance(value, bool):
+            if is_int(value) and abs(value) < 1e300:  # a larger int is reported below, not an OverflowError
                 object.__setattr__(self, name, float(value))
         problems = self._problems()
         if problems:
@@ -67,8 +73,11 @@ class ModelConfig:
         problems = []
         for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not is_int(value) or value <= 0:
                 problems.append(f"{name} must be a positive integer, got {value!r}")
+            elif value > LIMITS[name]:
+                problems.append(f"{name} is {value:,}, above the sane limit of {LIMITS[name]:,} (is the config "
+                                "damaged? a larger model would not fit in memory anyway)")
         if problems:
             return problems  # the divisibility checks below need integers
         if self.d_model % self.n_heads:
@@ -83,11 +92,11 @@ class ModelConfig:
         if self.positions == "rope" and not self.d_model % self.n_heads and self.head_dim % 2:
             problems.append(f"positions='rope' needs an even head_dim (d_model / n_heads = {self.head_dim}): "
                             "RoPE rotates pairs of dimensions")
-        if not isinstance(self.rope_theta, float) or self.rope_theta <= 0:
-            problems.append(f"rope_theta must be a positive number, got {self.rope_theta!r}")
-        if not isinstance(self.norm_eps, float) or self.norm_eps <= 0:
-            problems.append(f"norm_eps must be a positive number, got {self.norm_eps!r}")
-        if not isinstance(self.dropout, float) or not 0.0 <= self.dropout < 1.0:
+        if not isinstance(self.rope_theta, float) or not math.isfinite(self.rope_theta) or self.rope_theta <= 0:
+            problems.append(f"rope_theta must be a positive finite number, got {self.rope_theta!r}")
+        if not isinstance(self.norm_eps, float) or not math.isfinite(self.norm_eps) or not 0 < self.norm_eps < 1:
+            problems.append(f"norm_eps must be a small positive number (e.g. 1e-5), got {self.norm_eps!r}")
+        if not isinstance(self.dropout, float) or not 0.0 <= self.dropout < 1.0:  # NaN fails this too
             problems.append(f"dropout must be in [0, 1), got {self.dropout!r}")
         for name in ("bias", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):

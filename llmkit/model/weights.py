@@ -5,11 +5,14 @@ A checkpoint is a folder with two files, readable without Python pickle (which c
     config.json          the ModelConfig, as JSON
     model.safetensors    every weight tensor by name (a tied LM head is stored once, as embed.weight)
 
-Shipped models (``load_model("base")``) live in ``data/models/<name>/`` with a ``tokenizer.json``.
+Shipped models (``load_model("base")``) live in ``data/models/<name>/`` with a ``tokenizer.json``; a
+bare name always means a shipped model, a path always a folder (``model_folder``).
 """
 from __future__ import annotations
 
 import json
+import os
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -17,6 +20,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from llmkit.files import atomic_write, fsync_file, read_limited
+from llmkit.model.file_checks import CONFIG_METADATA_KEY, Header, check_finite, check_header, shape_problems
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
 
@@ -28,25 +33,108 @@ TOKENIZER_FILE = "tokenizer.json"
 # --- our own checkpoints -------------------------------------------------------------------------
 
 def save(model: Transformer, directory: str | Path) -> Path:
-    """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
+    """Write ``model.safetensors`` and ``config.json`` into ``directory`` (created if needed).
+
+    Each file is written under a temporary name, flushed to disk and renamed into place, so a
+    crash never leaves half a file. The weights file also carries the config in its metadata and
+    is renamed first: a crash between the two renames leaves new weights beside an old
+    ``config.json``, and ``load`` then uses the config saved with the weights.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_FILE).write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
+    config_text = json.dumps(model.config.to_dict(), indent=2) + "\n"
     tensors = {name: t.detach().cpu().contiguous() for name, t in _own_tensors(model).items()}
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt", "writer": "llmkit"})
+    partial = directory / f".{WEIGHTS_FILE}.partial"
+    try:
+        save_file(tensors, str(partial), metadata={"format": "pt", "writer": "llmkit",
+                                                   CONFIG_METADATA_KEY: json.dumps(model.config.to_dict())})
+        fsync_file(partial)
+        os.replace(partial, directory / WEIGHTS_FILE)
+    finally:
+        partial.unlink(missing_ok=True)
+    atomic_write(directory / CONFIG_FILE, config_text)
     return directory
 
 
 def load(directory: str | Path, device: torch.device | str | None = None) -> Transformer:
-    """Read a folder written by ``save``; the model comes back in eval mode (dropout off)."""
+    """Read a folder written by ``save``; the model comes back in eval mode (dropout off).
+
+    Everything that can be checked without the weights is checked first (see ``file_checks``),
+    so a hostile or mismatched ``config.json`` fails fast instead of allocating gigabytes.
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory} is not a folder; expected one holding {CONFIG_FILE} and {WEIGHTS_FILE}")
-    config = _read_config(directory / CONFIG_FILE)
-    tensors = _read_safetensors(directory / WEIGHTS_FILE)
+    weights_path = directory / WEIGHTS_FILE
+    if not weights_path.is_file():
+        if not (directory / CONFIG_FILE).exists():
+            raise FileNotFoundError(f"{directory / CONFIG_FILE} is missing; a checkpoint folder needs "
+                                    f"{CONFIG_FILE} and {WEIGHTS_FILE}")
+        raise FileNotFoundError(f"{weights_path} is missing; a checkpoint folder needs {CONFIG_FILE} and {WEIGHTS_FILE}")
+    header = Header(weights_path)
+    config = _config_for(directory, header)
+    tensors = _read_safetensors(weights_path)
+    check_finite(tensors, weights_path)
     model = Transformer(config)
-    _copy_into(model, tensors, source=directory / WEIGHTS_FILE)
+    _copy_into(model, tensors, source=weights_path)
     return model.to(device).eval() if device is not None else model.eval()
+
+
+def _config_for(directory: Path, header: Header) -> ModelConfig:
+    """The folder's ``config.json``, checked against the weights file's header.
+
+    If it does not fit the weights but the config saved inside them does (what a crash between
+    the two renames of ``save`` leaves behind), the saved one is used, with a warning.
+    """
+    config = read_config(directory)
+    try:
+        check_header(config, header, CONFIG_FILE)
+        return config
+    except ValueError:
+        fallback = _saved_config_that_fits(header)
+        if fallback is None:
+            raise
+    warnings.warn(f"{directory / CONFIG_FILE} does not fit {header.path}, but the config saved with the weights "
+                  "does (an interrupted save?); using that one. Save the model again to repair the folder.",
+                  stacklevel=3)
+    return fallback
+
+
+def _saved_config_that_fits(header: Header) -> ModelConfig | None:
+    saved = header.saved_config()
+    if saved is None:
+        return None
+    try:
+        config = _parse_config(saved, header.path)
+        check_header(config, header, f"the config inside {WEIGHTS_FILE}")
+    except ValueError:
+        return None
+    return config
+
+
+def read_config(directory: str | Path) -> ModelConfig:
+    """The ModelConfig in a model folder's ``config.json`` (a regular file of at most 1 MB)."""
+    path = Path(directory) / CONFIG_FILE
+    try:
+        data = json.loads(read_limited(path, max_bytes=1 << 20, what="model config"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing; a checkpoint folder needs "
+                                f"{CONFIG_FILE} and {WEIGHTS_FILE}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); the file is damaged: save the model again") from None
+    if isinstance(data, dict) and "model_type" in data:
+        raise ValueError(f"{path} is a Hugging Face config (model_type={data['model_type']!r}); "
+                         "import that folder with llmkit.model.weights.from_hf(folder)")
+    return _parse_config(data, path)
+
+
+def _parse_config(data: Any, path: Path) -> ModelConfig:
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} does not describe a valid model: expected a JSON object of ModelConfig fields")
+    try:
+        return ModelConfig.from_dict(data)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{path} does not describe a valid model: {err}") from None
 
 
 def _own_tensors(model: Transformer) -> dict[str, torch.Tensor]:
@@ -55,23 +143,6 @@ def _own_tensors(model: Transformer) -> dict[str, torch.Tensor]:
     if model.config.tie_embeddings:
         state.pop("lm_head.weight")
     return state
-
-
-def _read_config(path: Path) -> ModelConfig:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} is missing; a checkpoint folder needs "
-                                f"{CONFIG_FILE} and {WEIGHTS_FILE}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); the file is damaged: save the model again") from None
-    if isinstance(data, dict) and "model_type" in data:
-        raise ValueError(f"{path} is a Hugging Face config (model_type={data['model_type']!r}); "
-                         "import that folder with Transformer.from_hf(folder)")
-    try:
-        return ModelConfig.from_dict(data)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"{path} does not describe a valid model: {err}") from None
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -85,28 +156,19 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _copy_into(model: Transformer, tensors: Mapping[str, torch.Tensor], source: Path | str) -> None:
-    """Copy ``tensors`` into ``model`` after checking that names and shapes match exactly."""
-    expected = _own_tensors(model)
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    wrong_shape = [f"{name}: file {tuple(tensors[name].shape)} vs config {tuple(t.shape)}"
-                   for name, t in expected.items() if name in tensors and tensors[name].shape != t.shape]
-    problems = []
-    if missing:
-        problems.append(f"missing tensors {_first(missing)}")
-    if unexpected:
-        problems.append(f"unexpected tensors {_first(unexpected)}")
-    if wrong_shape:
-        problems.append("wrong shapes: " + "; ".join(wrong_shape[:5]))
+    """Copy ``tensors`` into ``model`` after checking names, shapes, dtypes and values."""
+    expected = {name: tuple(t.shape) for name, t in _own_tensors(model).items()}
+    problems = shape_problems(expected, {name: tuple(t.shape) for name, t in tensors.items()})
     if problems:
         raise ValueError(f"{source} does not match its config (a different model's {CONFIG_FILE}?): "
                          + "; ".join(problems))
+    not_float = sorted(name for name, t in tensors.items() if not t.is_floating_point())
+    if not_float:
+        raise ValueError(f"{source}: {not_float[:5]} are {tensors[not_float[0]].dtype}; model weights must be "
+                         "floating point")
+    check_finite(tensors, source)
     model.to(tensors["embed.weight"].dtype)  # a bf16 checkpoint gives a bf16 model
     model.load_state_dict(dict(tensors), strict=not model.config.tie_embeddings)
-
-
-def _first(names: list[str], n: int = 5) -> str:
-    return str(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
 # --- Hugging Face --------------------------------------------------------------------------------
@@ -245,18 +307,41 @@ def _take_head(config: ModelConfig, hf: dict[str, torch.Tensor], ours: dict[str,
 
 # --- shipped models ------------------------------------------------------------------------------
 
+def model_folder(name_or_dir: str | Path) -> Path:
+    """The folder of a model named as a shipped model or given as a path.
+
+    The rule: a *string without a path separator* ("base", "chat") names a shipped model in
+    ``data/models/``, even if the current folder happens to hold a folder of that name; anything
+    else (a ``Path``, or a string such as "./base" or "runs/sft/model") is a folder. So a stray
+    ``base/`` folder can never silently stand in for the shipped model.
+    """
+    if isinstance(name_or_dir, str) and _is_bare_name(name_or_dir):
+        folder = data_path("models", name_or_dir, must_exist=False)
+        if not folder.is_dir():
+            shipped = sorted(p.name for p in folder.parent.iterdir() if p.is_dir()) if folder.parent.is_dir() else []
+            raise FileNotFoundError(f"there is no shipped model named {name_or_dir!r} (shipped: {shipped}); "
+                                    f"to load a folder of that name, pass a path such as './{name_or_dir}'")
+        return folder
+    if not isinstance(name_or_dir, (str, os.PathLike)):
+        raise TypeError(f"pass 'base', 'chat' or a model folder, got {type(name_or_dir).__name__}")
+    path = Path(name_or_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a folder; pass 'base', 'chat' or a model folder")
+    return path
+
+
+def _is_bare_name(text: str) -> bool:
+    separators = [sep for sep in (os.sep, os.altsep, "/") if sep]
+    return bool(text) and text not in (".", "..") and not any(sep in text for sep in separators)
+
+
 def load_model(name_or_dir: str | Path = "base", device: torch.device | str | None = None) -> tuple[Transformer, Any]:
     """``(model, tokenizer)`` for a shipped model ("base", "chat": ``data/models/<name>/``) or any
-    folder holding ``config.json``, ``model.safetensors`` and ``tokenizer.json``."""
+    folder holding ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (see ``model_folder``
+    for how a name and a path are told apart)."""
     from llmkit.tokens.tokenizer import Tokenizer  # floor 1, but only needed here
 
-    path = Path(name_or_dir)
-    if path.is_dir():
-        directory = path
-    elif len(path.parts) == 1:  # a bare name: one of the shipped models
-        directory = data_path("models", path.name)
-    else:
-        raise FileNotFoundError(f"{path} is not a folder; pass 'base', 'chat' or a model folder")
+    directory = model_folder(name_or_dir)
     model = load(directory, device=device)
     tokenizer_path = directory / TOKENIZER_FILE
     if not tokenizer_path.is_file():

@@ -19,10 +19,10 @@ from typing import Iterator, NamedTuple
 import numpy as np
 import torch
 
-from llmkit.paths import DATA_DIR
+from llmkit.paths import RUNS_DIR
 
 DOCUMENT_SEPARATOR = "<|endoftext|>"
-CACHE_DIR = DATA_DIR.parent / "runs" / "token_cache"  # ignored by git (runs/)
+CACHE_DIR = RUNS_DIR / "token_cache"  # runs/ in a checkout (ignored by git), else the user's cache
 
 
 class Batch(NamedTuple):
@@ -45,7 +45,7 @@ class Batch(NamedTuple):
 class TokenizedText:
     """A text file as token ids, plus its size in bytes (for bits per byte)."""
 
-    path: Path
+    path: Path | None  # None for a text that never was a file
     tokens: np.ndarray  # 1-D, uint16 when the vocabulary fits
     n_bytes: int  # UTF-8 bytes of the text the tokens encode
 

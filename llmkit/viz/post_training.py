@@ -21,11 +21,11 @@ import torch
 
 from llmkit.chat.template import render, stop_tokens
 from llmkit.course.conversations import STRAWBERRY_FORMATS, Preference
-from llmkit.training.finetune import answer_logprobs, preference_batch
+from llmkit.training.dpo import answer_logprobs, preference_batch
 from llmkit.generation.generate import generate
 from llmkit.model.transformer import Transformer
 from llmkit.paths import data_path
-from llmkit.training.train import read_log
+from llmkit.training.checkpoint import read_log
 
 EVAL_METRICS = ("tool_call_valid", "tool_args_exact", "answer_consistent", "memory", "no_invention",
                 "mean_output_tokens")
