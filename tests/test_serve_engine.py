@@ -1,0 +1,183 @@
+"""The continuous-batching engine and its paged KV pool: the paged forward equals the model's, greedy
+output is token for token the same alone, in a batch of eight and through ``generate``, the prompt
+cache shares blocks, and blocks come back when a request stops, is cancelled or cannot fit."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from llmkit.generation.generate import generate
+from llmkit.generation.sampling import SamplingParams
+from llmkit.model.fast import FastModel
+from llmkit.model.transformer import ModelConfig, Transformer
+from llmkit.paths import DATA_DIR
+from llmkit.serve.engine import Engine, Overloaded, RequestTooLarge
+from llmkit.serve.paged import BlockPool, block_bytes, paged_forward
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+CHAT_WEIGHTS = DATA_DIR / "models" / "chat" / "model.safetensors"
+
+
+def sharp_model(family: str, vocab: int = 300, context: int = 64) -> Transformer:
+    """A tiny random model whose logits are spread wide, so greedy choices are not near-ties that
+    rounding could flip (a freshly initialised model scores every token almost the same)."""
+    torch.manual_seed(0)
+    config = getattr(ModelConfig, family)(vocab_size=vocab, context_length=context, d_model=32, n_layers=2,
+                                          n_heads=4)
+    model = Transformer(config).eval()
+    with torch.no_grad():
+        model.embed.weight.mul_(40)
+    return model
+
+
+def prompts(count: int, vocab: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randint(0, vocab, (3 + 5 * i,), generator=generator).tolist() for i in range(count)]
+
+
+def tokens(engine: Engine, prompt: list[int], **options) -> list[int]:
+    return [e.token for e in engine.stream(engine.model, prompt, **options) if e.type == "token"]
+
+
+def concurrently(engine: Engine, all_prompts: list[list[int]], **options) -> list[list[int]]:
+    out: list = [None] * len(all_prompts)
+
+    def run(i):
+        out[i] = tokens(engine, all_prompts[i], **options)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(all_prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return out
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_paged_forward_equals_the_model_in_blocks_prefill_and_decode(family):
+    model = sharp_model(family)
+    pool = BlockPool(model.config, 16, block_size=4)
+    ids = torch.randint(0, 300, (1, 11), generator=torch.Generator().manual_seed(2))
+    table = torch.tensor([[5, 2, 9]])  # blocks anywhere in the pool, in table order
+    with torch.inference_mode():
+        expected = model(ids)[0]
+        prefill = paged_forward(FastModel(model), pool, ids[:, :7], torch.arange(7)[None], table)
+        torch.testing.assert_close(prefill[0], expected[6], atol=1e-4, rtol=1e-4)
+        for position in range(7, 11):
+            step = paged_forward(FastModel(model), pool, ids[:, position:position + 1],
+                                 torch.tensor([[position]]), table)
+            torch.testing.assert_close(step[0], expected[position], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_greedy_output_is_the_same_alone_in_a_batch_of_eight_and_through_generate(family):
+    model = sharp_model(family)
+    engine = Engine(model, max_batch=8, kv_cache_mb=1, block_size=4)
+    try:
+        batch = prompts(8, 300)
+        reference = [generate(model, p, max_new_tokens=12).tokens for p in batch]
+        alone = [tokens(engine, p, max_new_tokens=12) for p in batch]
+        together = concurrently(engine, batch, max_new_tokens=12)
+        assert alone == reference
+        assert together == reference
+        assert engine.stats()["kv_blocks"]["used"] == 0  # every block came back
+    finally:
+        engine.close()
+
+
+@pytest.mark.skipif(not CHAT_WEIGHTS.exists(), reason="the chat model is not trained yet")
+def test_shipped_chat_model_greedy_alone_equals_batch_of_eight(tokenizer):
+    from llmkit.chat.template import render
+    from llmkit.model.weights import load_model
+
+    model, tokenizer = load_model("chat")
+    questions = ["What is the weather in Pune?", "Count the r in strawberry.", "What is 12 times 7?",
+                 "Say hello.", "What is a KV cache?", "Name a colour.", "Who wrote Hamlet?", "Is it raining?"]
+    batch = [render(tokenizer, [{"role": "user", "content": q}]).ids for q in questions]
+    engine = Engine(model, max_batch=8, kv_cache_mb=16)
+    try:
+        alone = [tokens(engine, p, max_new_tokens=16) for p in batch]
+        assert concurrently(engine, batch, max_new_tokens=16) == alone
+        assert alone[0] == generate(model, batch[0], max_new_tokens=16).tokens
+    finally:
+        engine.close()
+
+
+def test_seeded_sampling_is_the_same_alone_and_in_a_batch():
+    model = sharp_model("llama")
+    engine = Engine(model, max_batch=8, kv_cache_mb=1, block_size=4)
+    try:
+        batch = prompts(6, 300)
+        options = dict(max_new_tokens=10, sampling=SamplingParams(temperature=5.0), seed=3)
+        alone = [tokens(engine, p, **options) for p in batch]
+        assert concurrently(engine, batch, **options) == alone
+        assert all(0 <= t < 300 for row in alone for t in row)
+    finally:
+        engine.close()
+
+
+def test_prompt_cache_shares_blocks_across_requests_and_changes_nothing():
+    model = sharp_model("llama")
+    engine = Engine(model, max_batch=4, kv_cache_mb=1, block_size=4)
+    try:
+        prompt = prompts(4, 300)[3]  # 18 tokens: four full blocks
+        first = list(engine.stream(model, prompt, max_new_tokens=5))
+        second = list(engine.stream(model, prompt, max_new_tokens=5))
+        assert [e.token for e in first[:-1]] == [e.token for e in second[:-1]]
+        assert first[-1].generation.usage.cache_read_input_tokens == 0
+        assert second[-1].generation.usage.cache_read_input_tokens == 16
+        assert second[-1].generation.usage.input_tokens == len(prompt) - 16
+        assert engine.stats()["prompt_cache"]["hits"] == 1
+    finally:
+        engine.close()
+
+
+def test_a_reader_that_leaves_gives_its_blocks_back_at_once():
+    model = sharp_model("llama")
+    engine = Engine(model, max_batch=4, kv_cache_mb=1, block_size=4)
+    try:
+        events = engine.stream(model, prompts(2, 300)[1], max_new_tokens=40)
+        next(events), next(events)
+        assert engine.stats()["running"] == 1 and engine.stats()["kv_blocks"]["used"] > 0
+        events.close()
+        for _ in range(200):
+            if engine.stats()["running"] == 0:
+                break
+            threading.Event().wait(0.01)
+        stats = engine.stats()
+        assert stats["running"] == 0 and stats["kv_blocks"]["used"] == 0
+        assert stats["requests"]["cancelled"] == 1
+    finally:
+        engine.close()
+
+
+def test_a_request_waits_for_blocks_and_one_that_can_never_fit_is_refused():
+    model = sharp_model("llama")
+    six_blocks = 6 * block_bytes(model.config, 4) / 2**20  # room for one 19-position request at a time
+    engine = Engine(model, max_batch=8, kv_cache_mb=six_blocks, block_size=4)
+    try:
+        assert engine.pool.num_blocks == 6
+        batch = [p[:8] for p in prompts(4, 300)[1:]]
+        results = concurrently(engine, batch, max_new_tokens=12)
+        assert results == [generate(model, p, max_new_tokens=12).tokens for p in batch]
+        with pytest.raises(RequestTooLarge, match="--kv-cache-mb"):
+            engine.stream(model, batch[0], max_new_tokens=30)
+    finally:
+        engine.close()
+
+
+def test_a_full_queue_refuses_at_once():
+    model = sharp_model("llama")
+    engine = Engine(model, max_batch=1, max_waiting=1, kv_cache_mb=1, block_size=4)
+    try:
+        with engine._lock:  # hold the engine's door so nothing leaves the queue while we fill it
+            engine._queued = 1
+        with pytest.raises(Overloaded, match="waiting"):
+            engine.stream(model, [1, 2, 3], max_new_tokens=2)
+        with engine._lock:
+            engine._queued = 0
+        assert len(tokens(engine, [1, 2, 3], max_new_tokens=2)) == 2
+    finally:
+        engine.close()
