@@ -29,7 +29,6 @@ call cannot be run, with constrained decoding (``llmkit.chat.constrained``) off 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import re
 import sys
@@ -38,15 +37,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from llmkit.chat.template import parse_assistant, render, stop_tokens
-from llmkit.chat.constrained import ToolCallConstraint
+from llmkit.chat.agent import run_agent
+from llmkit.chat.client import Client, ContextWindowError
+from llmkit.chat.template import render, stop_tokens
+from llmkit.chat.tools import Tool, ToolArgumentsError, tools_by_name, validate_arguments
+from llmkit.chat.trace import Trace
+from llmkit.checks import check_int
 from llmkit.course.conversations import UMBRELLA_FROM_PERCENT, Conversation, make_conversations
-from llmkit.generation.generate import generate
-from llmkit.model.transformer import Transformer
 from llmkit.course.react import STOP_SEQUENCE, TEMPERATURES, ParseFailure, parse_action
-from llmkit.generation.sampling import SamplingParams
-from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments, run_tool_call
 from llmkit.course.tools import EXAMPLE_TOOLS
+from llmkit.generation.generate import generate
+from llmkit.generation.sampling import SamplingParams
+from llmkit.model.transformer import Transformer
 
 TOOL_KINDS = ("weather", "letters", "arithmetic")
 EVAL_KINDS = (*TOOL_KINDS, "memory", "no_tool")
@@ -76,39 +78,35 @@ class Transcript:
 
 
 # ------------------------------------------------------------------------------------ the harness
+def offered_tools(tools) -> list[Tool]:
+    """The example ``Tool`` objects for ``tools`` (Tool objects, or the definitions a ``Conversation``
+    offers), in the same order, so the prompt is the same either way and the harness can run them."""
+    by_name = tools_by_name(EXAMPLE_TOOLS)
+    return [t if isinstance(t, Tool) else by_name[t["name"]] for t in tools or []]
+
+
 def run_conversation(model: Transformer, tokenizer, messages: list[dict], *, tools=None, system=None,
                      max_tool_calls: int = 2, max_new_tokens: int = 96) -> Transcript:
     """Play the assistant from ``messages`` (ending with a user question), greedily, running tools.
 
-    Only tools that were offered can run: a call to any other comes back as an error result, as
-    it would from a real harness. Stops after ``max_tool_calls`` calls or when the context is full.
+    This is ``run_agent`` on a ``Client``, the one harness loop of the package, with greedy
+    decoding, no prompt cache and no constrained decoding (the evals measure what the model writes
+    on its own). Only tools that were offered can run: a call to any other comes back as an error
+    result, as it would from a real harness. Stops after ``max_tool_calls`` calls, or with stop
+    reason "context_window" when the conversation no longer fits the model's context.
     """
-    stops = stop_tokens(tokenizer)
-    offered = tools_by_name(t for t in EXAMPLE_TOOLS if t.name in {d["name"] for d in tools or []})
-    messages, transcript = list(messages), Transcript()
-    context = model.config.context_length
-    for call_index in range(max_tool_calls + 1):
-        prompt = render(tokenizer, messages, tools=tools, system=system).ids
-        room = min(max_new_tokens, context - len(prompt))
-        if room <= 0:
-            transcript.stop_reasons.append("context_window")
-            break
-        generation = generate(model, prompt, max_new_tokens=room, stop_tokens=stops.end_turn,
-                              tool_stop_tokens=stops.tool_use)
-        transcript.output_tokens += len(generation.tokens)
-        transcript.stop_reasons.append(generation.stop_reason)
-        blocks = parse_assistant(tokenizer, generation.tokens, tool_use_id=f"toolu_{call_index}")
-        transcript.turns.append(blocks)
-        if generation.stop_reason != "tool_use" or not blocks or blocks[-1]["type"] != "tool_use":
-            break
-        call = blocks[-1]
-        if "error" in call:
-            result = {"type": "tool_result", "tool_use_id": call["id"], "content": call["error"], "is_error": True}
-        else:
-            result = run_tool_call(offered.values(), call["name"], call["input"], tool_use_id=call["id"])
-        transcript.tool_results.append(result)
-        messages += [{"role": "assistant", "content": blocks}, {"role": "user", "content": [result]}]
-    return transcript
+    client, trace = Client.from_model(model, tokenizer), Trace()
+    try:
+        run_agent(client, list(messages), offered_tools(tools), max_iterations=max_tool_calls + 1, trace=trace,
+                  system=system, max_tokens=max_new_tokens, temperature=0, cache=False, constrain_tools=False)
+        window_full = []
+    except ContextWindowError:  # the turns so far are in the trace
+        window_full = ["context_window"]
+    answers = trace.of_kind("answer")
+    results = [{"type": "tool_result", "content": event.data["content"], "is_error": event.data["is_error"]}
+               for event in trace.of_kind("tool_result")]
+    return Transcript([event.data["content"] for event in answers], results,
+                      [event.data["stop_reason"] for event in answers] + window_full, trace.bill().output_tokens)
 
 
 # ------------------------------------------------------------------------------------- the scores
@@ -235,8 +233,7 @@ def react_parse_failures(model: Transformer, tokenizer, *, temperature: float, n
 
         python -m llmkit react --model chat --json
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a whole number of conversations (1 or more), got {n!r}")
+    check_int("n", n, minimum=1)
     sampling, stops = SamplingParams(temperature=temperature), stop_tokens(tokenizer)
     failures = {reason.value: 0 for reason in ParseFailure}
     stop_reasons: dict[str, int] = {}
@@ -305,26 +302,22 @@ def tool_call_validity(model: Transformer, tokenizer, *, constrained: bool, temp
 
         python -m llmkit evals --model chat --tool-call-validity
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a whole number of conversations (1 or more), got {n!r}")
-    sampling, stops = SamplingParams(temperature=temperature), stop_tokens(tokenizer)
+    check_int("n", n, minimum=1)
+    client = Client.from_model(model, tokenizer)
     problems = dict.fromkeys(INVALID_CALL_REASONS, 0)
     calls, output_tokens, started = 0, 0, time.perf_counter()
     model.eval()
     with torch.no_grad():
         for i, conversation in enumerate(make_conversations(n, split="heldout", seed=seed, kinds=TOOL_KINDS)):
-            prompt = render(tokenizer, conversation.prompt, tools=conversation.tools, system=conversation.system).ids
-            constraint = functools.partial(ToolCallConstraint, tokenizer, conversation.tools) if constrained else None
-            generation = generate(model, prompt, max_new_tokens=model.config.context_length - len(prompt),
-                                  sampling=sampling, stop_tokens=stops.end_turn, tool_stop_tokens=stops.tool_use,
-                                  seed=seed * 1_000_003 + i, constraint=constraint)
-            output_tokens += len(generation.tokens)
-            call = next((b for b in parse_assistant(tokenizer, generation.tokens) if b["type"] == "tool_use"), None)
-            if call is None:
+            tools = offered_tools(conversation.tools)
+            reply = client.messages.create(messages=conversation.prompt, tools=tools, system=conversation.system,
+                                           max_tokens=client.context_window, temperature=temperature,
+                                           seed=seed * 1_000_003 + i, cache=False, constrain_tools=constrained)
+            output_tokens += reply.usage.output_tokens
+            if not reply.tool_calls:
                 continue
             calls += 1
-            offered = tools_by_name(t for t in EXAMPLE_TOOLS if t.name in {d["name"] for d in conversation.tools})
-            problem = call_problem(call, generation.stop_reason, offered)
+            problem = call_problem(reply.tool_calls[0], reply.stop_reason, tools_by_name(tools))
             if problem is not None:
                 problems[problem] += 1
     return {"constrained": constrained, "temperature": temperature, "n": n, "seed": seed, "calls": calls,
