@@ -26,6 +26,7 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llmkit.tokens import bpe  # noqa: E402
+from llmkit.tokens.pattern import GPT4_PATTERN  # noqa: E402
 from llmkit.tokens.cl100k import get_cl100k  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
 from llmkit.tokens.tokenizer import Tokenizer  # noqa: E402
@@ -55,7 +56,7 @@ def train_hf(documents: list[str], vocab_size: int):
 
     tokenizer = HFTokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(bpe.GPT4_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(GPT4_PATTERN), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=0, show_progress=False,
@@ -68,7 +69,7 @@ def train_rustbpe(documents: list[str], vocab_size: int):
     import rustbpe
 
     tokenizer = rustbpe.Tokenizer()
-    tokenizer.train_from_iterator(iter(documents), vocab_size, pattern=bpe.GPT4_PATTERN)
+    tokenizer.train_from_iterator(iter(documents), vocab_size, pattern=GPT4_PATTERN)
     return tokenizer
 
 
@@ -113,9 +114,9 @@ def bench_training(documents: list[str], one_mb: list[str]) -> dict:
 def bench_reference(one_mb: list[str]) -> None:
     print("\n2. Fast vs reference trainer, vocab 512 on 1 MB (the reference recounts every pair after each merge)")
     fast, _ = best_time(lambda: Tokenizer.train(one_mb, 512))
-    chunk_counts = bpe.count_chunks(one_mb, bpe.GPT4_PATTERN)
+    chunk_counts = bpe.count_chunks(one_mb, GPT4_PATTERN)
     fast_loop, fast_merges = best_time(lambda: bpe.train_fast(chunk_counts, 256))
-    split, chunks = best_time(lambda: bpe.split_chunks(one_mb, bpe.GPT4_PATTERN))
+    split, chunks = best_time(lambda: bpe.split_chunks(one_mb, GPT4_PATTERN))
     reference_loop, reference_merges = best_time(lambda: bpe.train_reference(chunks, 256), repeats=1)  # a minute
     assert fast_merges == reference_merges
     reference = split + reference_loop

@@ -9,11 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmkit.tokens import bpe
+from llmkit.tokens.pattern import GPT2_PATTERN, GPT4_PATTERN, resolve_pattern
 from llmkit.paths import data_path
 
 
 def train_both(documents, n_merges, pattern):
-    pattern = bpe.resolve_pattern(pattern)
+    pattern = resolve_pattern(pattern)
     reference = bpe.train_reference(bpe.split_chunks(documents, pattern), n_merges)
     return reference, bpe.train_fast(bpe.count_chunks(documents, pattern), n_merges)
 
@@ -57,12 +58,12 @@ def test_trainers_stop_when_no_pair_is_left():
 def test_every_occurrence_of_a_chunk_counts():
     # "cd" twice beats "ab" once; with one vote per distinct chunk, the tie would go to (a, b).
     assert bpe.train_reference(["ab", "cd", "cd"], 1) == [(99, 100)]
-    assert bpe.train_fast(bpe.count_chunks(["ab", "cd", "cd"], bpe.GPT4_PATTERN), 1) == [(99, 100)]
+    assert bpe.train_fast(bpe.count_chunks(["ab", "cd", "cd"], GPT4_PATTERN), 1) == [(99, 100)]
 
 
 def test_count_chunks_counts_what_split_chunks_cuts():
     documents = ["the cat sat, the cat ran.\n\n", "", "dog's 12345 days"]
-    for pattern in (bpe.GPT4_PATTERN, bpe.GPT2_PATTERN, None):
+    for pattern in (GPT4_PATTERN, GPT2_PATTERN, None):
         chunks = bpe.split_chunks(documents, pattern)
         assert "".join(chunks) == "".join(documents)  # nothing lost, in order
         assert bpe.count_chunks(documents, pattern) == Counter(chunks)
@@ -93,9 +94,9 @@ def test_reference_and_fast_trainers_agree_on_random_corpora(documents, n_merges
 )
 def test_fast_trainer_matches_rustbpe_on_random_corpora(documents, n_merges):
     rustbpe = pytest.importorskip("rustbpe")
-    ours = bpe.train_fast(bpe.count_chunks(documents, bpe.GPT4_PATTERN), n_merges)
+    ours = bpe.train_fast(bpe.count_chunks(documents, GPT4_PATTERN), n_merges)
     peer = rustbpe.Tokenizer()
-    peer.train_from_iterator(iter(documents), 256 + n_merges, pattern=bpe.GPT4_PATTERN)
+    peer.train_from_iterator(iter(documents), 256 + n_merges, pattern=GPT4_PATTERN)
     assert rustbpe_tokens(peer) == token_bytes_in_merge_order(ours)
 
 
@@ -104,25 +105,25 @@ def test_merges_do_not_depend_on_document_order(corpus_documents):
     lines = text.splitlines(keepends=True)
     shuffled = lines[:]
     random.Random(0).shuffle(shuffled)
-    merges = bpe.train_fast(bpe.count_chunks(lines, bpe.GPT4_PATTERN), 200)
-    assert bpe.train_fast(bpe.count_chunks(shuffled, bpe.GPT4_PATTERN), 200) == merges
+    merges = bpe.train_fast(bpe.count_chunks(lines, GPT4_PATTERN), 200)
+    assert bpe.train_fast(bpe.count_chunks(shuffled, GPT4_PATTERN), 200) == merges
 
 
 def test_fast_trainer_matches_rustbpe_on_a_slice(corpus_documents):
     rustbpe = pytest.importorskip("rustbpe")
     text = corpus_documents[1][:300_000]
-    ours = bpe.train_fast(bpe.count_chunks([text], bpe.GPT4_PATTERN), 1024 - 256)
+    ours = bpe.train_fast(bpe.count_chunks([text], GPT4_PATTERN), 1024 - 256)
     peer = rustbpe.Tokenizer()
-    peer.train_from_iterator(iter([text]), 1024, pattern=bpe.GPT4_PATTERN)
+    peer.train_from_iterator(iter([text]), 1024, pattern=GPT4_PATTERN)
     assert rustbpe_tokens(peer) == token_bytes_in_merge_order(ours)
 
 
 @pytest.mark.slow
 def test_fast_trainer_matches_rustbpe_on_the_course_corpus_at_vocab_4096(corpus_documents):
     rustbpe = pytest.importorskip("rustbpe")
-    ours = bpe.train_fast(bpe.count_chunks(corpus_documents, bpe.GPT4_PATTERN), 4096 - 256)
+    ours = bpe.train_fast(bpe.count_chunks(corpus_documents, GPT4_PATTERN), 4096 - 256)
     peer = rustbpe.Tokenizer()
-    peer.train_from_iterator(iter(corpus_documents), 4096, pattern=bpe.GPT4_PATTERN)
+    peer.train_from_iterator(iter(corpus_documents), 4096, pattern=GPT4_PATTERN)
     peer_tokens = rustbpe_tokens(peer)
     ours_tokens = token_bytes_in_merge_order(ours)
     assert len(ours_tokens) == len(peer_tokens) == 4096
@@ -136,22 +137,47 @@ def test_reference_and_fast_trainers_agree_on_the_course_heldout_text_at_vocab_1
     # recounts every pair in every chunk after each merge, which would take some twenty minutes on
     # the 4.8 MB training part. Fast == rustbpe covers that.
     documents = data_path("corpus", "heldout.txt").read_text(encoding="utf-8").split("<|endoftext|>")
-    fast = bpe.train_fast(bpe.count_chunks(documents, bpe.GPT4_PATTERN), 1024 - 256)
-    assert fast == bpe.train_reference(bpe.split_chunks(documents, bpe.GPT4_PATTERN), 1024 - 256)
+    fast = bpe.train_fast(bpe.count_chunks(documents, GPT4_PATTERN), 1024 - 256)
+    assert fast == bpe.train_reference(bpe.split_chunks(documents, GPT4_PATTERN), 1024 - 256)
 
 
 def test_resolve_pattern():
-    assert bpe.resolve_pattern("gpt4") == bpe.GPT4_PATTERN
-    assert bpe.resolve_pattern("gpt2") == bpe.GPT2_PATTERN
-    assert bpe.resolve_pattern(None) is None
-    assert bpe.resolve_pattern(r"\w+|\W") == r"\w+|\W"
+    assert resolve_pattern("gpt4") == GPT4_PATTERN
+    assert resolve_pattern("gpt2") == GPT2_PATTERN
+    assert resolve_pattern(None) is None
+    assert resolve_pattern(r"\w+|\W") == r"\w+|\W"
     with pytest.raises(ValueError, match="not a valid regex"):
-        bpe.resolve_pattern("(unclosed")
+        resolve_pattern("(unclosed")
     with pytest.raises(TypeError, match="pattern must be"):
-        bpe.resolve_pattern(4)
+        resolve_pattern(4)
 
 
 def test_gpt4_pattern_is_tiktoken_cl100k_pattern():
     from llmkit.tokens.cl100k import get_cl100k
 
-    assert bpe.GPT4_PATTERN == get_cl100k()._pat_str
+    assert GPT4_PATTERN == get_cl100k()._pat_str
+
+
+# ------------------------------------------------------------------ long chunks
+@settings(max_examples=150, deadline=None)
+@given(
+    unit=st.text(alphabet="ab é", min_size=1, max_size=3),
+    repeats=st.integers(1, 400),
+    tail=st.text(alphabet="abc", max_size=5),
+    n_merges=st.integers(0, 30),
+)
+def test_trainers_agree_on_long_repetitive_chunks(unit, repeats, tail, n_merges):
+    documents = [unit * repeats + tail, tail + unit * (repeats // 2)]
+    reference, fast = train_both(documents, n_merges, None)  # no pre-split: each document is one chunk
+    assert fast == reference
+
+
+def test_fast_trainer_on_one_long_chunk_matches_the_reference():
+    """A 30,000-letter word, the case that once rewrote the whole chunk per occurrence (speed: the
+    benchmark); here the merges must equal the reference trainer's."""
+    rng = random.Random(1)
+    word = "".join(rng.choice("abcdefgh") for _ in range(30_000))
+    fast = bpe.train_fast(Counter({word: 1}), 300)
+    assert len(fast) == 300
+    assert fast[:40] == bpe.train_reference([word], 40)
+    assert bpe.train_fast(Counter({"a" * 30_000: 1}), 100) == bpe.train_reference(["a" * 30_000], 100)

@@ -6,8 +6,8 @@ that occurs most often in the training text and give it a new id. After ``n`` st
 vocabulary has ``256 + n`` tokens, and frequent words have become single tokens.
 
 Before counting, the text is cut into chunks by a regular expression (words, numbers,
-punctuation runs, whitespace), so merges never cross a chunk boundary: " dog" and "." never
-fuse into one token.
+punctuation runs, whitespace; see :mod:`llmkit.tokens.pattern`), so merges never cross a chunk
+boundary: " dog" and "." never fuse into one token.
 
 Two trainers learn the same merges. :func:`train_reference` is the definition written out: it
 keeps every chunk of the text (:func:`split_chunks`) and recounts every pair after each merge,
@@ -25,33 +25,9 @@ import heapq
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
-import regex
-
-# The pre-split regex of GPT-4's cl100k_base (as tiktoken ships it). Contractions, letters with
-# at most one leading non-letter, numbers of at most 3 digits, punctuation runs, whitespace.
-GPT4_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
-    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-)
-# GPT-2's pre-split regex (tiktoken's r50k form): a word keeps at most one leading space.
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-NAMED_PATTERNS = {"gpt4": GPT4_PATTERN, "gpt2": GPT2_PATTERN}
+from llmkit.tokens.pattern import splitter
 
 Pair = tuple[int, int]
-
-
-def resolve_pattern(pattern: str | None) -> str | None:
-    """Turn "gpt4" / "gpt2" / a custom regex / None (no pre-split) into the regex text."""
-    if pattern is None:
-        return None
-    if not isinstance(pattern, str):
-        raise TypeError(f"pattern must be 'gpt4', 'gpt2', None or a regex string, not {type(pattern).__name__}")
-    pattern = NAMED_PATTERNS.get(pattern, pattern)
-    try:
-        regex.compile(pattern)
-    except regex.error as exc:
-        raise ValueError(f"pattern {pattern!r} is not a valid regex for the `regex` package: {exc}") from exc
-    return pattern
 
 
 def split_chunks(documents: Iterable[str], pattern: str | None) -> list[str]:
@@ -59,10 +35,8 @@ def split_chunks(documents: Iterable[str], pattern: str | None) -> list[str]:
 
     ``pattern=None`` keeps each non-empty document whole, as one chunk.
     """
-    if pattern is None:
-        return [doc for doc in documents if doc]
-    findall = regex.compile(pattern).findall
-    return [chunk for doc in documents for chunk in findall(doc)]
+    split = splitter(pattern)
+    return [chunk for doc in documents for chunk in split(doc)]
 
 
 def count_chunks(documents: Iterable[str], pattern: str | None) -> Counter[str]:
@@ -71,12 +45,9 @@ def count_chunks(documents: Iterable[str], pattern: str | None) -> Counter[str]:
     The same counts as ``Counter(split_chunks(documents, pattern))``, without holding every chunk.
     """
     counts: Counter[str] = Counter()
-    if pattern is None:
-        counts.update(doc for doc in documents if doc)
-        return counts
-    findall = regex.compile(pattern).findall
+    split = splitter(pattern)
     for doc in documents:
-        counts.update(findall(doc))
+        counts.update(split(doc))
     return counts
 
 
@@ -189,33 +160,58 @@ def _apply_merge(pair, new_id, words, weights, pair_counts, chunks_with) -> set[
     Scanning left to right, ``before`` may be a token this same merge just made ("a a a a" ->
     "aa aa"); the bookkeeping stays exact because that pair was added a moment earlier.
     """
-    left, right = pair
     created: defaultdict[Pair, list[int]] = defaultdict(list)  # new pairs -> chunks that have them
-    for index in chunks_with.pop(pair):
-        ids, weight = words[index], weights[index]
-        unvisited = ids.count(left)  # list.count and list.index run in C: we only visit candidates
-        i = 0
-        while unvisited:
-            i = ids.index(left, i)
-            unvisited -= 1
-            if i + 1 < len(ids) and ids[i + 1] == right:
-                if i > 0:
-                    before = ids[i - 1]
-                    pair_counts[before, left] -= weight
-                    pair_counts[before, new_id] += weight
-                    created[before, new_id].append(index)
-                if i + 2 < len(ids):
-                    after = ids[i + 2]
-                    pair_counts[right, after] -= weight
-                    pair_counts[new_id, after] += weight
-                    created[new_id, after].append(index)
-                ids[i : i + 2] = [new_id]  # in place; the chunk's list shrinks by one
-                if right == left:  # the right half was an occurrence of `left` too
-                    unvisited -= 1
-            i += 1
+    for index in dict.fromkeys(chunks_with.pop(pair)):  # each chunk once, however often it is listed
+        merged = _merge_in_chunk(words[index], pair, new_id, weights[index], pair_counts, created, index)
+        if merged is not None:
+            words[index] = merged
     del pair_counts[pair]  # every occurrence was merged
     chunks_with.update(created)  # pairs with the new token are new keys: nothing to combine
     return set(created)
+
+
+def _merge_in_chunk(ids, pair, new_id, weight, pair_counts, created, index) -> list[int] | None:
+    """One chunk with ``pair`` merged (None if it no longer has it), counts fixed on the way.
+
+    The chunk is rebuilt once: ``ids.index`` (in C) jumps to each candidate, and the runs in
+    between are copied as slices, so a long chunk costs one pass, not one pass per occurrence.
+    """
+    left, right = pair
+    merged: list[int] = []
+    copied = i = 0  # ids[:copied] are already in `merged`; the search resumes at i
+    n = len(ids)
+    while True:
+        try:
+            i = ids.index(left, i)
+        except ValueError:
+            break
+        if i + 1 >= n or ids[i + 1] != right:
+            i += 1
+            continue
+        merged += ids[copied:i]
+        if merged:
+            before = merged[-1]
+            pair_counts[before, left] -= weight
+            pair_counts[before, new_id] += weight
+            _note(created, (before, new_id), index)
+        if i + 2 < n:
+            after = ids[i + 2]
+            pair_counts[right, after] -= weight
+            pair_counts[new_id, after] += weight
+            _note(created, (new_id, after), index)
+        merged.append(new_id)
+        copied = i = i + 2
+    if copied == 0:
+        return None
+    merged += ids[copied:]
+    return merged
+
+
+def _note(created: defaultdict[Pair, list[int]], pair: Pair, index: int) -> None:
+    """Record that chunk ``index`` has ``pair`` (once: a chunk's visits are consecutive)."""
+    chunks = created[pair]
+    if not chunks or chunks[-1] != index:
+        chunks.append(index)
 
 
 def _progress_bar(total: int):

@@ -20,8 +20,12 @@ import re
 import tempfile
 from pathlib import Path
 
+from llmkit.checks import is_int
+from llmkit.tokens.pattern import COVERAGE_PROBE
+
 FORMAT = "llmkit-tokenizer"
 VERSION = 1
+ROUND_TRIP_PROBES = ["Hello, World 123!", COVERAGE_PROBE, " " * 40 + "x" * 40 + "\n\n"]
 _ESCAPE = re.compile(rb"\\(\\|x[0-9a-f]{2})")
 
 
@@ -60,17 +64,49 @@ def save(tokenizer, path: str | Path) -> None:
     merge_lines = ",\n".join(f"  {json.dumps(merge, ensure_ascii=False)}" for merge in merges)
     fields.append(f' "merges": [\n{merge_lines}\n ]' if merges else ' "merges": []')
     text = "{\n" + ",\n".join(fields) + "\n}\n"
-    path = Path(path)
+    write_atomically(Path(path), text)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path``, flush it to disk, then rename it over ``path``.
+
+    A rename is atomic, so a reader (or a crash) sees the old file or the new one, never half
+    of one; the fsyncs make sure the new bytes are on disk before the name points at them.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(text)
+        try:
+            tmp.write(text)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        except BaseException:
+            tmp.close()
+            os.unlink(tmp.name)
+            raise
     os.chmod(tmp.name, 0o644)  # NamedTemporaryFile makes private files; a tokenizer is meant to be shared
     os.replace(tmp.name, path)
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); Windows cannot open a folder, and needs no such step."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def load(cls, path: str | Path):
     """Read a tokenizer file; a clear error names the file if it is corrupt or too new."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a folder, a FIFO or a device would fail late or hang
+        raise ValueError(f"{path} is not a regular file; give the path of a tokenizer .json file")
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -88,17 +124,65 @@ def load(cls, path: str | Path):
             f"upgrade llmkit to load it"
         )
     try:
-        byte_ids = document["byte_ids"]
-        ranks = {bytes([b]): int(byte_ids[b]) for b in range(256)}
-        vocab = {token_id: token for token, token_id in ranks.items()}
-        merges = {}
-        for new_id, left_text, right_text in document["merges"]:
-            left, right = text_to_bytes(left_text), text_to_bytes(right_text)
-            pair = (ranks[left], ranks[right])
-            merges[pair] = int(new_id)
-            vocab[int(new_id)] = left + right
-            ranks.setdefault(left + right, int(new_id))
-        specials = {str(name): int(token_id) for name, token_id in document["special_tokens"].items()}
-        return cls(ranks, pattern=document["pattern"], special_tokens=specials, merges=merges)
+        ranks, merges = _parts(document)
+        tokenizer = cls(ranks, pattern=document["pattern"], special_tokens=_specials(document), merges=merges)
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path} is a corrupt llmkit tokenizer file ({type(exc).__name__}: {exc})") from exc
+        problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"{path} is a corrupt llmkit tokenizer file: {problem}") from exc
+    _check_round_trip(tokenizer, path)
+    return tokenizer
+
+
+def _parts(document: dict) -> tuple[dict[bytes, int], dict[tuple[int, int], int]]:
+    """(ranks, merges) from the file's byte ids and merge list, every id checked to be a unique int."""
+    byte_ids = document["byte_ids"]
+    if not isinstance(byte_ids, list) or len(byte_ids) != 256:
+        raise ValueError("\"byte_ids\" must list the ids of the 256 bytes, in byte order")
+    ranks = {bytes([b]): _id(byte_ids[b], f"byte {b}") for b in range(256)}
+    merges: dict[tuple[int, int], int] = {}
+    merge_list = document["merges"]
+    if not isinstance(merge_list, list):
+        raise ValueError("\"merges\" must be a list of [new id, left piece, right piece]")
+    for entry in merge_list:
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise ValueError(f"merge {entry!r} must be [new id, left piece, right piece]")
+        new_id, left_text, right_text = entry
+        left, right = text_to_bytes(_text(left_text, entry)), text_to_bytes(_text(right_text, entry))
+        if left not in ranks or right not in ranks:
+            raise ValueError(f"merge {entry!r} joins a piece that no earlier token spells")
+        pair = (ranks[left], ranks[right])
+        if pair in merges:
+            raise ValueError(f"merge {entry!r} repeats the merge that made id {merges[pair]}: each pair is merged once")
+        merges[pair] = _id(new_id, f"merge {entry!r}")
+        ranks.setdefault(left + right, merges[pair])
+    return ranks, merges
+
+
+def _specials(document: dict) -> dict[str, int]:
+    specials = document["special_tokens"]
+    if not isinstance(specials, dict):
+        raise ValueError("\"special_tokens\" must map each name to its id")
+    return {name: _id(token_id, f"special token {name!r}") for name, token_id in specials.items()}
+
+
+def _id(value, owner: str) -> int:
+    if not is_int(value) or value < 0:
+        raise ValueError(f"{owner} has the id {value!r}; ids must be whole numbers >= 0")
+    return value
+
+
+def _text(value, entry) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"merge {entry!r} must give its pieces as strings")
+    return value
+
+
+def _check_round_trip(tokenizer, path: Path) -> None:
+    """Every probe text must come back exactly: a pattern or merge table that loses text is refused."""
+    for probe in ROUND_TRIP_PROBES:
+        back = tokenizer.decode(tokenizer.encode_ordinary(probe))
+        if back != probe:
+            raise ValueError(
+                f"{path} does not round-trip text: {probe!r} decodes back as {back!r}. Its pattern or merges "
+                f"lose text; re-save the tokenizer with a pattern that matches every character"
+            )

@@ -21,7 +21,11 @@ from typing import Literal
 
 import regex
 
+from llmkit.checks import check_int
 from llmkit.tokens import bpe
+from llmkit.tokens.merge import merge_chunk, recover_merges
+from llmkit.tokens.pattern import NAMED_PATTERNS, resolve_pattern, splitter
+from llmkit.tokens.vocab import build_vocab
 
 # The control tokens of the course tokenizer, reserved from the start (see DEVELOPERS.md).
 COURSE_SPECIAL_TOKENS = [
@@ -43,6 +47,7 @@ COURSE_SPECIAL_TOKENS = [
     "<|reserved_3|>",
 ]
 CHUNK_CACHE_LIMIT = 500_000  # distinct chunks remembered before the cache starts over
+CACHED_CHUNK_CHARS = 256  # longer chunks (rare: a run of one character) are encoded, not remembered
 
 SpecialSet = Literal["all"] | Collection[str]
 
@@ -61,25 +66,13 @@ class Tokenizer:
         """Build from ranks (token bytes -> id). ``merges`` (pair of ids -> new id, in order) is
         recovered from the ranks when not given. Most code uses ``train``, ``load`` or
         ``from_tiktoken`` instead of calling this directly."""
-        missing = [b for b in range(256) if bytes([b]) not in mergeable_ranks]
-        if missing:
-            raise ValueError(f"mergeable_ranks lacks the byte(s) {missing[:8]}; a byte-level BPE needs all 256")
+        self._vocab = build_vocab(mergeable_ranks, merges, dict(special_tokens or {}))
         self._ranks = dict(mergeable_ranks)
-        self._vocab: dict[int, bytes] = {rank: token for token, rank in self._ranks.items()}
-        if len(self._vocab) != len(self._ranks):
-            raise ValueError("mergeable_ranks gives two tokens the same id")
         self._merges = dict(merges) if merges is not None else None
-        for (left, right), new_id in (self._merges or {}).items():  # a merge can repeat an earlier token
-            self._vocab.setdefault(new_id, self._vocab[left] + self._vocab[right])
         self._special = dict(special_tokens or {})
-        clashes = sorted(set(self._special.values()) & set(self._vocab))
-        if clashes:
-            raise ValueError(f"special token id(s) {clashes[:8]} are already ids of ordinary tokens")
-        for name, token_id in self._special.items():
-            self._vocab[token_id] = name.encode("utf-8")
         self._vocab_size = max(self._vocab) + 1
-        self._pattern = bpe.resolve_pattern(pattern)
-        self._findall = regex.compile(self._pattern).findall if self._pattern is not None else None
+        self._pattern = resolve_pattern(pattern)
+        self._split = splitter(self._pattern)
         self._special_regex = _alternation(frozenset(self._special))
         self._cache: dict[str, list[int]] = {}  # chunk text -> its ids, filled as chunks are met
 
@@ -111,7 +104,8 @@ class Tokenizer:
                 raise TypeError(f"training text must be a str or an iterable of str, found {type(doc).__name__}")
         if len(set(special_tokens)) != len(special_tokens) or not all(s and isinstance(s, str) for s in special_tokens):
             raise ValueError("special_tokens must be distinct, non-empty strings")
-        if not isinstance(vocab_size, int) or vocab_size < 256 + len(special_tokens):
+        check_int("vocab_size", vocab_size)
+        if vocab_size < 256 + len(special_tokens):
             raise ValueError(
                 f"vocab_size={vocab_size!r} is too small: it needs the 256 byte tokens plus "
                 f"{len(special_tokens)} special token(s), so at least {256 + len(special_tokens)}"
@@ -121,7 +115,7 @@ class Tokenizer:
             documents = [piece for doc in documents for piece in splitter.split(doc)]
         if not any(documents):
             raise ValueError("the training text is empty: give at least some text to learn merges from")
-        pattern = bpe.resolve_pattern(pattern)
+        pattern = resolve_pattern(pattern)
         n_merges = vocab_size - 256 - len(special_tokens)
         if trainer == "fast":
             pairs = bpe.train_fast(bpe.count_chunks(documents, pattern), n_merges, progress=progress)
@@ -161,7 +155,7 @@ class Tokenizer:
         extend per chunk. Only a chunk never seen before runs BPE.
         """
         _check_text(text)
-        chunks = self._findall(text) if self._findall is not None else [text] if text else []
+        chunks = self._split(text)
         cached_ids = self._cache.get  # bound once, not looked up again for every chunk
         ids: list[int] = []
         for chunk in chunks:
@@ -208,9 +202,36 @@ class Tokenizer:
         ids += self.encode_ordinary(text[start:])
         return ids
 
-    def encode_batch(self, texts: Iterable[str], **kwargs) -> list[list[int]]:
-        """``encode`` for each text (same keyword arguments)."""
-        return [self.encode(text, **kwargs) for text in texts]
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        *,
+        num_threads: int = 8,
+        allowed_special: SpecialSet = frozenset(),
+        disallowed_special: SpecialSet = "all",
+    ) -> list[list[int]]:
+        """``encode`` for each text. ``num_threads`` is accepted so tiktoken code runs unchanged;
+        the encoder is pure Python, so it works in this thread (the GIL would serialise threads)."""
+        check_int("num_threads", num_threads, minimum=1)
+        kwargs = {"allowed_special": allowed_special, "disallowed_special": disallowed_special}
+        return [self.encode(text, **kwargs) for text in _texts(texts)]
+
+    def encode_ordinary_batch(self, texts: Sequence[str], *, num_threads: int = 8) -> list[list[int]]:
+        """``encode_ordinary`` for each text (``num_threads`` as in ``encode_batch``)."""
+        check_int("num_threads", num_threads, minimum=1)
+        return [self.encode_ordinary(text) for text in _texts(texts)]
+
+    def encode_single_token(self, text_or_bytes: str | bytes) -> int:
+        """The id of a text (or bytes) that is exactly one token, ordinary or special; else ``KeyError``."""
+        piece = text_or_bytes.encode("utf-8") if isinstance(text_or_bytes, str) else text_or_bytes
+        if not isinstance(piece, bytes):
+            raise TypeError(f"encode_single_token takes a str or bytes, not {type(text_or_bytes).__name__}")
+        if piece in self._ranks:
+            return self._ranks[piece]
+        name = piece.decode("utf-8", errors="replace")
+        if name in self._special:
+            return self._special[name]
+        raise KeyError(f"{text_or_bytes!r} is not a single token; encode() splits text into its tokens")
 
     def _encode_new_chunk(self, chunk: str, text: str) -> list[int]:
         """BPE for a chunk not in the cache, remembered for next time (the cache starts over when full)."""
@@ -218,27 +239,12 @@ class Tokenizer:
             piece = chunk.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise _surrogate_error(text) from exc
-        if len(self._cache) >= CHUNK_CACHE_LIMIT:
-            self._cache.clear()
-        ids = self._cache[chunk] = self._encode_chunk(piece)
+        ids = merge_chunk(piece, self._ranks)
+        if len(chunk) <= CACHED_CHUNK_CHARS:
+            if len(self._cache) >= CHUNK_CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[chunk] = ids
         return ids
-
-    def _encode_chunk(self, piece: bytes) -> list[int]:
-        """BPE inside one chunk: repeatedly join the neighbouring pair with the lowest rank."""
-        ranks = self._ranks
-        if piece in ranks:  # a whole chunk that is one token (as tiktoken does)
-            return [ranks[piece]]
-        parts = [piece[i : i + 1] for i in range(len(piece))]
-        while len(parts) > 1:
-            best_rank, best_index = None, -1
-            for i in range(len(parts) - 1):
-                rank = ranks.get(parts[i] + parts[i + 1])
-                if rank is not None and (best_rank is None or rank < best_rank):
-                    best_rank, best_index = rank, i
-            if best_rank is None:
-                break
-            parts[best_index : best_index + 2] = [parts[best_index] + parts[best_index + 1]]
-        return [ranks[part] for part in parts]
 
     def _special_names(self, names: SpecialSet, argument: str) -> set[str]:
         if names == "all":
@@ -258,29 +264,56 @@ class Tokenizer:
     # ----------------------------------------------------------------- decoding
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The bytes the ids stand for, joined."""
+        return b"".join(self.decode_tokens_bytes(ids))
+
+    def decode_tokens_bytes(self, ids: Iterable[int]) -> list[bytes]:
+        """The bytes of each token, one entry per id (a character may be split across entries)."""
         ids = ids.tolist() if hasattr(ids, "tolist") else ids  # numpy arrays and torch tensors
         ids = ids if isinstance(ids, (list, tuple)) else list(ids)
         try:
-            return b"".join(map(self._vocab.__getitem__, ids))
+            return list(map(self._vocab.__getitem__, ids))
         except (KeyError, TypeError):
-            bad = next(i for i in ids if not self._is_id(i))
-            raise ValueError(
-                f"token id {bad!r} is not in the vocabulary (valid ids are 0..{self.vocab_size - 1})"
-            ) from None
+            raise self._unknown(next(i for i in ids if not self._is_id(i))) from None
 
     def _is_id(self, token_id) -> bool:
         try:
-            return token_id in self._vocab
+            return token_id in self._vocab and not isinstance(token_id, (bool, float))
         except TypeError:  # unhashable, e.g. a nested list
             return False
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """Ids back to text. Bytes that are not valid UTF-8 (a token cut mid-character) become U+FFFD."""
-        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+    def _unknown(self, token_id) -> UnknownTokenError:
+        return UnknownTokenError(f"token id {token_id!r} is not in the vocabulary (valid ids are "
+                                 f"0..{self.vocab_size - 1}, less any unused ones)")
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """Ids back to text. Bytes that are not valid UTF-8 (a token cut mid-character) become U+FFFD;
+        ``errors`` is Python's choice for them ("replace", "strict", "ignore", "backslashreplace")."""
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def decode_batch(self, batch: Sequence[Iterable[int]], *, errors: str = "replace", num_threads: int = 8) -> list[str]:
+        """``decode`` for each list of ids (``num_threads`` as in ``encode_batch``)."""
+        check_int("num_threads", num_threads, minimum=1)
+        return [self.decode(ids, errors=errors) for ids in batch]
+
+    def decode_with_offsets(self, ids: Iterable[int]) -> tuple[str, list[int]]:
+        """The text and, for each token, the index of the character where it starts.
+
+        A token that starts inside a multi-byte character (a UTF-8 continuation byte, 0x80-0xBF)
+        is given that character's index. The ids must decode to valid UTF-8.
+        """
+        pieces = self.decode_tokens_bytes(ids)
+        offsets, characters = [], 0  # characters started so far
+        for piece in pieces:
+            starts_mid_character = 0x80 <= piece[0] < 0xC0
+            offsets.append(characters - 1 if starts_mid_character and characters else characters)
+            characters += sum(1 for byte in piece if not 0x80 <= byte < 0xC0)
+        return b"".join(pieces).decode("utf-8", errors="strict"), offsets
 
     def token_bytes(self, token_id: int) -> bytes:
-        """The bytes of one token."""
-        return self.decode_bytes([token_id])
+        """The bytes of one token; an id that names no token raises ``KeyError`` (as tiktoken does)."""
+        if not self._is_id(token_id):
+            raise self._unknown(token_id)
+        return self._vocab[token_id]
 
     # ----------------------------------------------------------------- properties
     @property
@@ -289,8 +322,25 @@ class Tokenizer:
         return self._vocab_size
 
     @property
+    def max_token_value(self) -> int:
+        """The largest id in use (tiktoken's name); ``vocab_size`` is one more."""
+        return self._vocab_size - 1
+
+    @property
     def special_tokens(self) -> dict[str, int]:
         return dict(self._special)
+
+    @property
+    def special_tokens_set(self) -> set[str]:
+        """The special tokens' names."""
+        return set(self._special)
+
+    @property
+    def eot_token(self) -> int:
+        """The id of ``<|endoftext|>``, the end-of-text marker between documents."""
+        if "<|endoftext|>" not in self._special:
+            raise KeyError(f"this tokenizer has no <|endoftext|> token; its special tokens are {sorted(self._special)}")
+        return self._special["<|endoftext|>"]
 
     @property
     def merges(self) -> dict[tuple[int, int], int]:
@@ -349,32 +399,24 @@ class Tokenizer:
         return tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=self._ranks, special_tokens=self._special)
 
 
-def recover_merges(ranks: dict[bytes, int]) -> dict[tuple[int, int], int]:
-    """Rebuild (left, right) -> id for ranks that come without merges (tiktoken's files).
-
-    A token's two parts are what encoding its bytes gives when only lower ranks may be used.
-    """
-    merges = {}
-    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
-        if len(token) < 2:
-            continue
-        parts = [token[i : i + 1] for i in range(len(token))]
-        while len(parts) > 2:
-            candidates = [(ranks.get(parts[i] + parts[i + 1], rank), i) for i in range(len(parts) - 1)]
-            best_rank, i = min(candidates)
-            if best_rank >= rank:
-                break
-            parts[i : i + 2] = [parts[i] + parts[i + 1]]
-        if len(parts) == 2:
-            merges[(ranks[parts[0]], ranks[parts[1]])] = rank
-    return merges
-
-
 @functools.lru_cache(maxsize=64)
 def _alternation(names: frozenset[str]) -> regex.Pattern:
     """A regex matching any of ``names`` literally, longest first (built once per set of names)."""
     names = sorted(names, key=len, reverse=True)
     return regex.compile("|".join(regex.escape(name) for name in names) if names else r"(?!)")
+
+
+class UnknownTokenError(KeyError, ValueError):
+    """An id that names no token: a ``KeyError`` as in tiktoken, and a ``ValueError`` (a bad argument)."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
+def _texts(texts: Sequence[str]) -> Sequence[str]:
+    if isinstance(texts, str):
+        raise TypeError("a batch method takes a list of texts, not one str; wrap it: [text]")
+    return texts
 
 
 def _check_text(text) -> None:
@@ -392,7 +434,7 @@ def _surrogate_error(text: str) -> ValueError:
 
 
 def _pattern_name(pattern: str | None) -> str:
-    for name, known in bpe.NAMED_PATTERNS.items():
+    for name, known in NAMED_PATTERNS.items():
         if pattern == known:
             return repr(name)
     return "None" if pattern is None else "custom"
