@@ -430,7 +430,7 @@ def _record_round(trace: Trace, round: _Round, blocks: list[dict], tokenizer) ->
     text = "".join(block["text"] for block in blocks if block["type"] == "text")
     trace.add("answer", t=started + first, duration=max(trace.now() - started - first, 0.0),
               stop_reason=round.generation.stop_reason, text=text, content=copy.deepcopy(blocks),
-              output_tokens=usage.output_tokens)
+              output_tokens=usage.output_tokens, tokens=list(round.tokens))
 
 
 @dataclass

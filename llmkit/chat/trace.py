@@ -102,7 +102,8 @@ class Trace:
         context      tokens per part of the prompt: system, tools, history, new_message (+ dropped)
         prefill      prompt tokens read and served from the cache; ``duration`` = time to first token
         thinking     how many tokens the model spent thinking
-        answer       the reply: stop reason, text, output tokens; ``duration`` = the decode time
+        answer       the reply: stop reason, text, content blocks, output tokens and the raw token
+                     ids the model wrote (markers included); ``duration`` = the decode time
         bill         the request's ``Bill``
         tool_call    a tool run by the agent loop: name, input, ``duration`` = its run time, is_error
         tool_result  the result sent back: its tokens and whether it is an error

@@ -19,10 +19,10 @@ from typing import Mapping, Sequence
 
 import torch
 
-from llmkit.chat.template import render, stop_tokens
+from llmkit.chat.client import Client
+from llmkit.chat.trace import Trace
 from llmkit.course.conversations import STRAWBERRY_FORMATS, Preference
 from llmkit.training.dpo import answer_logprobs, preference_batch
-from llmkit.generation.generate import generate
 from llmkit.model.transformer import Transformer
 from llmkit.paths import data_path
 from llmkit.training.checkpoint import read_log
@@ -45,21 +45,20 @@ class Reply:
 
 def one_turn(model: Transformer, tokenizer, messages: list[dict], *, tools=None, system: str | None = None,
              max_new_tokens: int = 48, name: str = "") -> Reply:
-    """Render ``messages`` as a chat prompt (ending in ``<|assistant|>``) and let ``model`` write
-    one turn greedily, stopping where a harness would: ``<|end_turn|>`` or the end of a tool call.
+    """Let ``model`` write one assistant turn for ``messages`` greedily, through a ``Client`` (no
+    prompt cache, no constrained decoding: what the model writes on its own), stopping where a
+    harness would: ``<|end_turn|>`` or the end of a tool call. The text is the raw tokens it wrote,
+    markers shown by name.
 
     This is the first step of every chat request; a model that never learned the markers just
     keeps going until ``max_new_tokens``.
     """
-    prompt = render(tokenizer, messages, tools=tools, system=system).ids
-    stops = stop_tokens(tokenizer)
-    room = min(max_new_tokens, model.config.context_length - len(prompt))
-    if room < 1:
-        raise ValueError(f"the prompt is {len(prompt)} tokens and fills the model's context of "
-                         f"{model.config.context_length}; send a shorter conversation")
-    result = generate(model, prompt, max_new_tokens=room, stop_tokens=stops.end_turn,
-                      tool_stop_tokens=stops.tool_use)
-    return Reply(name, tokenizer.decode(result.tokens), result.stop_reason, len(result.tokens))
+    trace = Trace()
+    reply = Client.from_model(model, tokenizer).messages.create(
+        messages=messages, tools=tools, system=system, max_tokens=max_new_tokens, temperature=0, cache=False,
+        constrain_tools=False, trace=trace)
+    tokens = [token for event in trace.of_kind("answer") for token in event.data["tokens"]]
+    return Reply(name, tokenizer.decode(tokens), reply.stop_reason, reply.usage.output_tokens)
 
 
 def replies_html(replies: Sequence[Reply]) -> str:
