@@ -29,6 +29,11 @@ def fit_context(render: Callable[[list[dict]], Rendered], messages: list[dict], 
     the ones left out (oldest first), and the kept messages rendered by ``render``."""
     rendered, dropped = render(messages), []
     limit = context_window - 1  # at least one new token must fit
+    if len(rendered) > limit and policy == "drop_oldest":
+        cut = _fewest_turns_to_drop(messages, rendered, limit)  # one render, not one per dropped turn
+        if cut is not None:
+            dropped, messages = messages[:cut], messages[cut:]
+            rendered = render(messages)
     while len(rendered) > limit:
         cut = next_turn_start(messages)
         if policy == "error" or cut is None:
@@ -45,16 +50,35 @@ def fit_context(render: Callable[[list[dict]], Rendered], messages: list[dict], 
     return messages, dropped, rendered
 
 
-def next_turn_start(messages: list[dict]) -> int | None:
-    """Where the second turn starts: the next user message that is not a tool result. None if the
-    newest turn is the only one."""
+def _fewest_turns_to_drop(messages: list[dict], rendered: Rendered, limit: int) -> int | None:
+    """The first turn start ``cut`` such that ``messages[cut:]`` fits in ``limit`` tokens, or the
+    newest turn's start if none does (None if there is only one turn). Each message renders on its
+    own, so its share of the row is known from ``rendered.message_starts`` without rendering again."""
+    starts = rendered.message_starts
+    if len(starts) != len(messages):
+        return None  # a renderer that does not record where messages start: drop turn by turn
+    cut = None
+    for index in _turn_starts(messages):
+        cut = index
+        if len(rendered) - (starts[index] - starts[0]) <= limit:
+            break
+    return cut
+
+
+def _turn_starts(messages: list[dict]):
+    """Every index where a turn starts (a user message that is not a tool result), after the first."""
     for index in range(1, len(messages)):
         message = messages[index]
         is_result = isinstance(message["content"], list) and any(
             block.get("type") == "tool_result" for block in message["content"])
         if message["role"] == "user" and not is_result:
-            return index
-    return None
+            yield index
+
+
+def next_turn_start(messages: list[dict]) -> int | None:
+    """Where the second turn starts: the next user message that is not a tool result. None if the
+    newest turn is the only one."""
+    return next(_turn_starts(messages), None)
 
 
 def context_parts(rendered: Rendered, history_tokens: int, dropped: int) -> dict:

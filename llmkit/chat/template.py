@@ -33,7 +33,10 @@ The rules, in order:
   a new ``<|assistant|>`` header: the model (and the prefix cache, and training) sees one format
   whoever runs the tool. The result and the header are given, not trained on.
 - Tool-use ids are not rendered: results follow their calls in order, and the model never has to
-  copy an id. ``parse_assistant`` hands out fresh ids.
+  copy an id. ``parse_assistant`` hands out fresh ids. They are still checked: each call has a
+  distinct id, and is answered exactly once, by a ``tool_result`` before the next assistant turn.
+- A tool's name is letters, digits, ``_`` and ``-`` (as hosted APIs require), so no name can break
+  its line of the tools block and write a second tool.
 - Only the template writes control tokens. Every piece of text (user, system, tool definitions,
   tool results, even earlier assistant text) is encoded with ``disallowed_special=()``, so the
   literal text ``<|end_turn|>`` inside a message stays ordinary text and can't fake a turn.
@@ -65,17 +68,23 @@ ROLES = ("user", "assistant")
 BLOCK_TYPES = {"user": ("text", "tool_result"),
                "assistant": ("text", "thinking", "tool_use", "server_tool_use", "server_tool_result")}
 ERROR_PREFIX = "Error: "
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+PARAMETER_NAME = re.compile(r"[\w-]+")  # what the short signature can show; other names go as JSON
+ABBREVIATIONS = ("e.g.", "i.e.", "cf.", "vs.", "approx.", "Mr.", "Mrs.", "Ms.", "Dr.", "St.")
 
 
 @dataclass(frozen=True)
 class Rendered:
     """One rendered conversation: ``ids`` and, for each id, ``mask`` (True where the assistant wrote
     it, so the loss counts it) and ``roles`` (which part it came from: "system", "tools", "user",
-    "tool_result" or "assistant")."""
+    "tool_result" or "assistant"). ``message_starts[i]`` is where message ``i`` begins in ``ids``:
+    each message is rendered on its own, so leaving out the first ``k`` messages shortens the row by
+    exactly ``message_starts[k] - message_starts[0]`` ids (what a context policy needs to know)."""
 
     ids: list[int]
     mask: list[bool]
     roles: list[str]
+    message_starts: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -147,10 +156,21 @@ def tool_line(definition: dict) -> str:
 
 
 def summary(description: str) -> str:
-    """The first sentence of ``description``, on one line (all of it if there is no sentence end)."""
+    """The first sentence of ``description``, on one line (all of it if there is no sentence end).
+
+    A sentence ends at ``.``, ``!`` or ``?`` before a space, but not at the dot of an abbreviation
+    such as "e.g." or "U.S." (a full stop is not the only job a dot has)."""
     text = " ".join(description.split())
-    first = re.match(r"(.+?[.!?])(?=\s|$)", text)
-    return first.group(1) if first else text
+    for end in re.finditer(r"[.!?](?=\s|$)", text):
+        if not _is_abbreviation(text[: end.end()]):
+            return text[: end.end()]
+    return text
+
+
+def _is_abbreviation(text: str) -> bool:
+    """Does ``text`` end with an abbreviation's dot rather than a sentence's?"""
+    word = text.rsplit(" ", 1)[-1].lstrip("(\"'")
+    return word.endswith(ABBREVIATIONS) or re.fullmatch(r"(?:\w\.){2,}", word) is not None
 
 
 def signature(schema: dict) -> str:
@@ -160,6 +180,7 @@ def signature(schema: dict) -> str:
         and set(schema) <= {"type", "properties", "required", "additionalProperties", "description"}
         and schema.get("additionalProperties", False) is False
         and isinstance(schema.get("properties", {}), dict)
+        and all(isinstance(name, str) and PARAMETER_NAME.fullmatch(name) for name in schema.get("properties", {}))
     )
     if not simple:
         return _compact_json(_without_descriptions(schema))
@@ -207,6 +228,9 @@ def _check_tool(definition: Any, where: str) -> dict:
         if not isinstance(definition.get(key), kind) or (key == "name" and not definition[key]):
             raise ValueError(f"{where}['{key}'] must be a {'non-empty ' if key == 'name' else ''}{kind.__name__}, "
                              f"got {definition.get(key)!r}")
+    if not TOOL_NAME.fullmatch(definition["name"]):
+        raise ValueError(f"{where}['name'] is {definition['name']!r}; a tool name is 1 to 64 letters, digits, '_' "
+                         f"or '-' (no spaces or line breaks, which would change how the tools are shown)")
     return definition
 
 
@@ -255,18 +279,51 @@ def render(tokenizer, messages: list[dict], *, tools=None, system: str | None = 
         row.marker("tools", "tools", False)
         row.text("\n".join(tool_line(d) for d in definitions), "tools", False)
 
-    tool_use_ids: set[str] = set()
+    calls, starts = _ToolCalls(), []
     for index, message in enumerate(messages):
+        starts.append(len(row.ids))
         role, blocks = _check_message(message, index)
         is_last = index == len(messages) - 1
         if role == "user":
-            _render_user(row, blocks, index, tool_use_ids)
+            _render_user(row, blocks, index, calls)
         else:
+            calls.check_answered(f"messages[{index}]")
             prefill = is_last and add_generation_prompt
-            _render_assistant(row, blocks, index, tool_use_ids, close=not prefill)
+            _render_assistant(row, blocks, index, calls, close=not prefill)
     if add_generation_prompt and (not messages or messages[-1]["role"] == "user"):
+        calls.check_answered("the next assistant turn")
         row.marker("assistant", "assistant", False)
-    return Rendered(row.ids, row.mask, row.roles)
+    return Rendered(row.ids, row.mask, row.roles, tuple(starts))
+
+
+class _ToolCalls:
+    """The tool_use ids seen so far, to check that each call is answered exactly once, in time."""
+
+    def __init__(self):
+        self.pending: dict[str, str] = {}  # id -> where the call is, still waiting for its result
+        self.answered: set[str] = set()
+
+    def called(self, tool_use_id: str, where: str) -> None:
+        if tool_use_id in self.pending or tool_use_id in self.answered:
+            raise ValueError(f"{where}['id'] is {tool_use_id!r}, the id of an earlier tool_use; give each call its "
+                             f"own id, so each result answers exactly one call")
+        self.pending[tool_use_id] = where
+
+    def result(self, tool_use_id: str, where: str) -> None:
+        if tool_use_id in self.answered:
+            raise ValueError(f"{where}['tool_use_id'] is {tool_use_id!r}, a call that already has its tool_result; "
+                             f"send one result per call")
+        if tool_use_id not in self.pending:
+            raise ValueError(f"{where}['tool_use_id'] is {tool_use_id!r}, which matches no earlier tool_use block; "
+                             f"a tool_result answers the id of a tool_use the assistant wrote before it")
+        del self.pending[tool_use_id]
+        self.answered.add(tool_use_id)
+
+    def check_answered(self, before: str) -> None:
+        if self.pending:
+            tool_use_id, where = next(iter(self.pending.items()))
+            raise ValueError(f"the tool_use {tool_use_id!r} at {where} has no tool_result before {before}; send "
+                             f"its result (tool_result block, is_error=True if it could not run) in a user message")
 
 
 def _check_message(message: Any, index: int) -> tuple[str, list[dict]]:
@@ -286,6 +343,9 @@ def _check_message(message: Any, index: int) -> tuple[str, list[dict]]:
         return role, [{"type": "text", "text": content}]
     if not isinstance(content, list):
         raise TypeError(f"{where}['content'] must be a str or a list of content blocks, got {type(content).__name__}")
+    if role == "user" and not content:
+        raise ValueError(f"{where}['content'] is an empty list, so the message has no place in the conversation; "
+                         f"give it a text or tool_result block, or leave the message out")
     for j, block in enumerate(content):
         block_where = f"{where}['content'][{j}]"
         if not isinstance(block, dict):
@@ -338,7 +398,7 @@ def _field(block: dict, key: str, kind: type, where: str):
     return value
 
 
-def _render_user(row: _Row, blocks: list[dict], index: int, tool_use_ids: set[str]) -> None:
+def _render_user(row: _Row, blocks: list[dict], index: int, calls: _ToolCalls) -> None:
     in_text = False
     for j, block in enumerate(blocks):
         where = f"messages[{index}]['content'][{j}]"
@@ -348,10 +408,7 @@ def _render_user(row: _Row, blocks: list[dict], index: int, tool_use_ids: set[st
             row.text(_field(block, "text", str, where), "user", False)
             in_text = True
             continue
-        tool_use_id = _field(block, "tool_use_id", str, where)
-        if tool_use_id not in tool_use_ids:
-            raise ValueError(f"{where}['tool_use_id'] is {tool_use_id!r}, which matches no earlier tool_use block; "
-                             f"a tool_result answers the id of a tool_use the assistant wrote before it")
+        calls.result(_field(block, "tool_use_id", str, where), where)
         _render_result(row, block, where)
         in_text = False
 
@@ -376,7 +433,7 @@ def _result_text(content: Any, where: str) -> str:
     raise TypeError(f"{where}['content'] must be a str or a list of text blocks, got {content!r}")
 
 
-def _render_assistant(row: _Row, blocks: list[dict], index: int, tool_use_ids: set[str], *, close: bool) -> None:
+def _render_assistant(row: _Row, blocks: list[dict], index: int, calls: _ToolCalls, *, close: bool) -> None:
     row.marker("assistant", "assistant", False)  # the header is given, not written by the model
     for j, block in enumerate(blocks):
         where = f"messages[{index}]['content'][{j}]"
@@ -394,7 +451,7 @@ def _render_assistant(row: _Row, blocks: list[dict], index: int, tool_use_ids: s
             _render_result(row, block, where)
             row.marker("assistant", "assistant", False)
         else:
-            tool_use_ids.add(_field(block, "id", str, where))
+            calls.called(_field(block, "id", str, where), where)
             row.marker("tool_call", "assistant", True)
             row.text(_tool_call_text(block, where), "assistant", True)
             row.marker("end_tool_call", "assistant", True)

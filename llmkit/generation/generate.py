@@ -335,21 +335,29 @@ class _TextStream:
     Two things hold text back: a UTF-8 character whose bytes are split across tokens (the
     incremental decoder keeps the first bytes until the rest arrive), and text that might be the
     start of a stop sequence (released as soon as the next tokens show it is not).
+
+    A control token's text (``<|thinking|>``) is a marker, not words the model wrote: a stop
+    sequence never matches inside it or across it, so "ing|>" cannot fire on a marker.
     """
 
     def __init__(self, tokenizer, stop_sequences: tuple[str, ...]):
         self._token_bytes = tokenizer.token_bytes
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stops = stop_sequences
+        self._control = frozenset(getattr(tokenizer, "special_tokens", {}).values())
         self.text = ""
         self.matched: str | None = None  # the stop sequence found, if any
         self._released = 0
+        self._barrier = 0  # stop sequences are looked for only after the last control token
 
     def add(self, token: int) -> str:
         """Append a token; return the text that is now final. A stop sequence sets ``matched``
         and cuts ``text`` just before it."""
         searched_up_to = len(self.text)
         self.text += self._decoder.decode(self._token_bytes(token))
+        if token in self._control:
+            self._barrier = len(self.text)
+            return self._release(len(self.text))
         if self._stops:
             found = self._find_stop(searched_up_to)
             if found is not None:
@@ -368,7 +376,7 @@ class _TextStream:
         """The earliest stop sequence in the text, looking only where the new text could complete one."""
         best = None
         for stop in self._stops:
-            start = self.text.find(stop, max(0, searched_up_to - len(stop) + 1))
+            start = self.text.find(stop, max(self._barrier, searched_up_to - len(stop) + 1))
             if start >= 0 and (best is None or start < best[0]):
                 best = (start, stop)
         return best
@@ -377,7 +385,7 @@ class _TextStream:
         """Length of the longest end of the text that is the beginning of some stop sequence."""
         longest = 0
         for stop in self._stops:
-            for k in range(min(len(stop) - 1, len(self.text)), longest, -1):
+            for k in range(min(len(stop) - 1, len(self.text) - self._barrier), longest, -1):
                 if self.text.endswith(stop[:k]):
                     longest = k
                     break
