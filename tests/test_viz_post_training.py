@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from llmkit.chat.client import ContextWindowError  # noqa: E402
 from llmkit.chat.template import render  # noqa: E402
 from llmkit.course.conversations import KINDS, make_conversations, make_preferences  # noqa: E402
 from llmkit.training.dpo import dpo_loss  # noqa: E402
@@ -48,7 +49,7 @@ def test_one_turn_stops_where_a_harness_stops(tokenizer):
 
 def test_one_turn_refuses_a_prompt_that_fills_the_context(tokenizer):
     model = scripted(tokenizer, [], 0, context_length=16)
-    with pytest.raises(ValueError, match="fills the model's context of 16"):
+    with pytest.raises(ContextWindowError, match="the context window is 16"):
         viz.one_turn(model, tokenizer, [{"role": "user", "content": "a long question " * 10}])
 
 
