@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from llmkit.chat.template import parse_assistant, render, stop_tokens  # noqa: E402
 from llmkit.course.conversations import REAL_WORDS, STRAWBERRY_FORMATS, strawberry_tasks  # noqa: E402
 from llmkit.course.evals import numbers_in, run_conversation  # noqa: E402
-from llmkit.course.recipe import ChatFinetuneConfig, finetune_chat  # noqa: E402
+from llmkit.course.chat_finetune import ChatFinetuneConfig, finetune_chat  # noqa: E402
 from llmkit.generation.generate import generate  # noqa: E402
 
 RESULTS = REPO / "data" / "strawberry" / "results.json"

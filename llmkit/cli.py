@@ -11,13 +11,14 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("llmkit.env", "check that this machine can run the course"),
     "train": ("llmkit.training.train", "pretrain a model from a JSON config"),
-    "finetune": ("llmkit.course.recipe", "SFT or DPO on the course's conversations, from a JSON config"),
+    "finetune": ("llmkit.course.chat_finetune", "SFT or DPO on the course's conversations, from a JSON config"),
     "evals": ("llmkit.course.evals", "held-out evaluation of a chat model"),
     "react": ("llmkit.course.evals", "how often a ReAct step cannot be parsed"),
+    "recipe": ("llmkit.course.recipe", "rebuild tokenizer, base and chat models end to end (resumable)"),
     "serve": ("llmkit.cli", "serve a model over the Anthropic and OpenAI APIs, batching requests"),
     "export": ("llmkit.model.export", "write a model as a Hugging Face folder (for vLLM, TGI, llama.cpp)"),
 }
-ENTRY_POINTS = {"react": "react_main", "serve": "serve_main"}  # commands whose function is not called ``main``
+ENTRY_POINTS = {"react": "react_main", "serve": "serve_main", "recipe": "recipe_main"}  # commands whose function is not called ``main``
 
 
 def usage() -> str:

@@ -1,3 +1,7 @@
+# NOTE FROM THE LEAD to engineers C and G: this file is engineer G's recipe (llmkit recipe ...).
+# Engineer C's chat fine-tuning module (ChatFinetuneConfig, finetune_chat, example_source, the
+# finetune command) now lives in llmkit/course/chat_finetune.py: edit it there, not here. This note
+# will be removed by the lead.
 """One recipe for the course models: tokenizer -> corpus -> pretraining -> SFT stages -> DPO -> evals.
 
     llmkit recipe data/models/recipe.json [--device cuda] [--stop-after STAGE]
