@@ -163,7 +163,6 @@ def test_degenerate_logits_fall_back_to_the_top_token_never_nan():
     nan = float("nan")
     cases = [
         (torch.tensor([nan, 1.0, 3.0, nan]), 2),
-        (torch.full((5,), float("-inf")), 0),
         (torch.tensor([0.0, float("inf"), 1.0]), 1),
         (torch.tensor([3.0e38, -3.0e38, 3.0e38 * 0.5]), 0),
     ]
@@ -207,13 +206,22 @@ def test_sample_batch_draws_each_row_from_its_own_distribution():
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
         ({"top_k": 0}, "top_k"),
-        ({"top_k": 2.5}, "top_k"),
         ({"min_p": -0.1}, "min_p"),
+        ({"min_p": 1.5}, "min_p"),
         ({"repetition_penalty": 0.0}, "repetition_penalty"),
+        ({"repetition_penalty": math.nan}, "repetition_penalty"),
     ],
 )
 def test_bad_parameters_get_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"top_k": 2.5}, {"top_k": True}, {"temperature": "0.7"}, {"top_p": None}, {"min_p": "0"}]
+)
+def test_parameters_of_the_wrong_type_are_type_errors(kwargs):
+    with pytest.raises(TypeError, match=next(iter(kwargs))):
         SamplingParams(**kwargs)
 
 
@@ -222,3 +230,114 @@ def test_sample_rejects_a_batch_and_double_randomness():
         sample(torch.zeros(2, 5))
     with pytest.raises(ValueError, match="not both"):
         sample(torch.zeros(5), seed=1, generator=make_generator(1))
+
+
+# ------------------------------------------------------------------ edges of each filter
+def float64_nucleus(logits: torch.Tensor, p: float) -> set[int]:
+    """The tokens top-p keeps, computed in numpy float64 from the same float32 logits."""
+    x = logits.double().numpy()
+    probs = np.exp(x - x.max())
+    probs /= probs.sum()
+    order = np.argsort(-probs, kind="stable")
+    mass_before = np.cumsum(probs[order]) - probs[order]
+    return {int(order[i]) for i in range(len(order)) if i == 0 or mass_before[i] < p}
+
+
+def boundary_cases(n_cases: int = 130) -> list[tuple[torch.Tensor, float]]:
+    """Logits and a p a hair (1e-12 relative) either side of a cumulative sum close to 1, where
+    float32 rounding (about 6e-8) decides the cut by chance and float64 does not."""
+    g = torch.Generator().manual_seed(11)
+    cases = []
+    for i in range(n_cases):
+        logits = torch.randn(512, generator=g) * 2
+        probs = np.sort(torch.softmax(logits.double(), -1).numpy())[::-1]
+        cumulative = np.cumsum(probs)
+        k = int(np.searchsorted(cumulative, 0.999)) + i % 40
+        k = min(k, len(probs) - 2)
+        side = 1 + (1e-12 if i % 2 else -1e-12)
+        cases.append((logits, float(cumulative[k] * side)))
+    return cases
+
+
+def test_top_p_cut_off_matches_a_float64_computation_near_p_1():
+    cases = boundary_cases()
+    disagreements = [
+        i for i, (logits, p) in enumerate(cases)
+        if set(top_p_filter(logits, p).isfinite().nonzero().flatten().tolist()) != float64_nucleus(logits, p)
+    ]
+    assert disagreements == []
+
+
+def test_the_float64_boundary_cases_do_trip_a_float32_sum():
+    """The check above can fail: the same cut-off summed in float32 disagrees on many of the cases."""
+    def float32_nucleus(logits, p):
+        sorted_logits, order = logits.sort(descending=True)
+        probs = sorted_logits.softmax(-1)
+        mass_before = probs.cumsum(-1) - probs
+        return {int(order[i]) for i in range(len(order)) if i == 0 or mass_before[i] < p}
+
+    cases = boundary_cases()
+    wrong = sum(float32_nucleus(logits, p) != float64_nucleus(logits, p) for logits, p in cases)
+    assert wrong > len(cases) // 4
+
+
+def test_top_p_of_zero_keeps_exactly_the_top_token():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(4))
+    kept = top_p_filter(logits, 0.0).isfinite()
+    assert kept.sum(-1).tolist() == [1, 1, 1]
+    assert torch.equal(kept.float().argmax(-1), logits.argmax(-1))
+
+
+@pytest.mark.parametrize("function, bad, error, message", [
+    (top_k_filter, 0, ValueError, "k >= 1"),
+    (top_k_filter, -3, ValueError, "k >= 1"),
+    (top_k_filter, 2.0, TypeError, "k must be an int"),
+    (top_p_filter, 1.5, ValueError, "0 <= p <= 1"),
+    (top_p_filter, -0.1, ValueError, "0 <= p <= 1"),
+    (top_p_filter, math.nan, ValueError, "finite"),
+    (min_p_filter, 1.5, ValueError, r"min_p must be in \[0, 1\]"),
+    (min_p_filter, -0.5, ValueError, r"min_p must be in \[0, 1\]"),
+    (min_p_filter, "0.1", TypeError, "min_p must be a number"),
+])
+def test_filters_refuse_bad_settings_clearly(function, bad, error, message):
+    with pytest.raises(error, match=message):
+        function(LOGITS, bad)
+
+
+def test_min_p_of_one_keeps_the_top_token_and_its_ties():
+    logits = torch.tensor([1.0, 3.0, 3.0, 2.0])
+    assert min_p_filter(logits, 1.0).isfinite().tolist() == [False, True, True, False]
+
+
+def test_repetition_penalty_refuses_ids_outside_the_vocabulary():
+    logits = torch.zeros(2, 10)
+    for bad in ([3, 10], [[1, 2], [-1, 4]]):
+        with pytest.raises(ValueError, match=r"outside this vocabulary of 10 logits \(valid ids are 0..9\)"):
+            apply_repetition_penalty(logits, bad, 1.3)
+    with pytest.raises(TypeError, match="integer token ids"):
+        apply_repetition_penalty(logits, torch.tensor([1.5]), 1.3)
+    with pytest.raises(ValueError, match="penalty must be a number > 0"):
+        apply_repetition_penalty(logits, [1], -2.0)
+    assert apply_repetition_penalty(logits + 1, [9], 2.0)[:, 9].tolist() == [0.5, 0.5]  # the last id is fine
+
+
+def test_a_row_with_nothing_allowed_is_an_error_not_token_0():
+    masked = torch.full((5,), float("-inf"))
+    for params in (SamplingParams(), SamplingParams(temperature=0)):
+        with pytest.raises(ValueError, match="row 0 of the logits rules out every token"):
+            sample(masked, params, seed=0)
+    with pytest.raises(ValueError, match="rules out every token"):
+        sample(torch.full((5,), float("nan")), seed=0)
+    batch = torch.zeros(3, 5)
+    batch[2] = float("-inf")
+    with pytest.raises(ValueError, match="row 2 of the logits"):
+        sample_batch(batch, SamplingParams(), generator=make_generator(0))
+    one_allowed = masked.clone()
+    one_allowed[3] = -50.0
+    assert sample(one_allowed, seed=0) == 3
+
+
+@pytest.mark.parametrize("seed, error", [(1.5, TypeError), ("7", TypeError), (True, TypeError), (2**64, ValueError)])
+def test_seeds_must_be_whole_numbers_that_fit_64_bits(seed, error):
+    with pytest.raises(error, match="seed"):
+        make_generator(seed)

@@ -26,10 +26,20 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 
+from llmkit.checks import check_int, check_number
+
 NEG_INF = float("-inf")
 
 #: The stages ``process_logits`` applies, in order (the names ``stage_probabilities`` reports).
 STAGES = ("model", "repetition penalty", "temperature", "top-k", "top-p", "min-p")
+
+
+def _check_range(name: str, value, low: float | None, high: float | None, rule: str) -> float:
+    """A finite number within [low, high], or an error that states the rule."""
+    check_number(name, value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{name} must be {rule}, got {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -53,22 +63,16 @@ class SamplingParams:
     repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(
-                f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature}"
-            )
-        if self.top_k is not None and (
-            isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1
-        ):
-            raise ValueError(f"top_k must be a whole number >= 1, or None to keep every token; got {self.top_k!r}")
-        if not (0 < self.top_p <= 1):
+        _check_range("temperature", self.temperature, 0, None, "a number >= 0 (0 means greedy)")
+        if self.top_k is not None:
+            check_int("top_k", self.top_k)
+            if self.top_k < 1:
+                raise ValueError(f"top_k must be a whole number >= 1, or None to keep every token; got {self.top_k!r}")
+        if not 0 < check_number("top_p", self.top_p) <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1.0 keeps every token), got {self.top_p}")
-        if not (0 <= self.min_p <= 1):
-            raise ValueError(f"min_p must be in [0, 1] (0.0 keeps every token), got {self.min_p}")
-        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
-            raise ValueError(
-                f"repetition_penalty must be a finite number > 0 (1.0 is off), got {self.repetition_penalty}"
-            )
+        _check_range("min_p", self.min_p, 0, 1, "in [0, 1] (0.0 keeps every token)")
+        if not check_number("repetition_penalty", self.repetition_penalty) > 0:
+            raise ValueError(f"repetition_penalty must be a number > 0 (1.0 is off), got {self.repetition_penalty}")
 
     @property
     def greedy(self) -> bool:
@@ -116,16 +120,32 @@ def apply_repetition_penalty(
     A positive logit is divided by the penalty and a negative one multiplied, so both move down.
     ``previous_tokens`` is the context so far: shape (L,) for one row, (N, L) for N rows.
     """
+    if not check_number("penalty", penalty) > 0:
+        raise ValueError(f"penalty must be a number > 0 (1.0 is off), got {penalty}")
     if penalty == 1.0 or previous_tokens is None:
         return logits
-    previous = torch.as_tensor(previous_tokens, dtype=torch.long, device=logits.device)
+    previous = torch.as_tensor(previous_tokens, device=logits.device)
     if previous.numel() == 0:
         return logits
+    _check_token_ids(previous, logits.shape[-1])
+    previous = previous.long()
     if previous.dim() < logits.dim():
         previous = previous.expand(*logits.shape[:-1], previous.shape[-1])
     seen = logits.gather(-1, previous)
     seen = torch.where(seen > 0, seen / penalty, seen * penalty)
     return logits.scatter(-1, previous, seen)
+
+
+def _check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
+    if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
+        raise TypeError(f"previous_tokens must be integer token ids, got a tensor of {ids.dtype}")
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"previous_tokens holds the id {bad}, outside this vocabulary of {vocab_size} logits "
+            f"(valid ids are 0..{vocab_size - 1}); were the ids made by a different tokenizer?"
+        )
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -148,8 +168,12 @@ def keep_top_token(logits: torch.Tensor) -> torch.Tensor:
 
 
 def top_k_filter(logits: torch.Tensor, k: int | None) -> torch.Tensor:
-    """Keep the k highest-scoring tokens (tokens tied with the k-th are kept too)."""
-    if k is None or k >= logits.shape[-1]:
+    """Keep the k highest-scoring tokens (tokens tied with the k-th are kept too); None keeps all."""
+    if k is None:
+        return logits
+    if check_int("k", k) < 1:
+        raise ValueError(f"top-k needs k >= 1 (k=1 is greedy), or None to keep every token; got {k}")
+    if k >= logits.shape[-1]:
         return logits
     kth_best = logits.topk(k, dim=-1).values[..., -1:]
     return logits.masked_fill(logits < kth_best, NEG_INF)
@@ -159,16 +183,27 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     """Keep the most likely tokens until their probabilities add up to p (nucleus sampling).
 
     Walking down the sorted list, a token is dropped once the tokens before it already reach p;
-    the most likely token is therefore always kept.
+    the most likely token is always kept, so p=0 keeps exactly the top token. The running sum is
+    taken in float64: near p = 1 the last tokens' probabilities are smaller than float32's
+    rounding error on a sum close to 1, so a float32 sum would put the cut in the wrong place.
     """
+    if not 0 <= check_number("p", p) <= 1:
+        raise ValueError(f"top-p needs 0 <= p <= 1 (1.0 keeps every token), got {p}")
     if p >= 1.0:
         return logits
     sorted_logits, order = logits.sort(-1, descending=True)
-    sorted_probs = sorted_logits.softmax(-1)
+    sorted_probs = _float64(sorted_logits).softmax(-1)
     mass_before = sorted_probs.cumsum(-1) - sorted_probs
     drop_sorted = mass_before >= p
+    drop_sorted[..., 0] = False  # the most likely token always stays
+    drop_sorted = drop_sorted.to(logits.device)
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, NEG_INF)
+
+
+def _float64(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float64; Apple's MPS has no float64, so there the sum is done on the CPU."""
+    return (x.cpu() if x.device.type == "mps" else x).double()
 
 
 def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
@@ -176,6 +211,8 @@ def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
 
     In log space that is ``logit >= top_logit + log(min_p)``: no softmax needed, nothing underflows.
     """
+    if not 0 <= check_number("min_p", min_p) <= 1:
+        raise ValueError(f"min_p must be in [0, 1] (0.0 keeps every token, 1.0 only the top ones), got {min_p}")
     if min_p <= 0:
         return logits
     cutoff = logits.amax(-1, keepdim=True) + math.log(min_p)
@@ -186,7 +223,8 @@ def _fall_back_to_top_token(processed: torch.Tensor, original: torch.Tensor) -> 
     """Rows where nothing finite survived (or a NaN/inf crept in) keep only the original top token.
 
     The processors above always keep the top token, so this only fires on degenerate input
-    (all -inf, NaN or inf logits); it guarantees softmax never returns NaN.
+    (NaN or inf logits; ``sample`` refuses rows that are all -inf); it guarantees softmax never
+    returns NaN, which keeps the plots of ``stage_probabilities`` drawable whatever the input.
     """
     broken = ~torch.isfinite(processed).any(-1) | (torch.isnan(processed) | (processed == float("inf"))).any(-1)
     if not broken.any():
@@ -235,13 +273,28 @@ def stage_probabilities(
 # --- drawing a token ---
 
 
+def _check_something_allowed(logits: torch.Tensor) -> None:
+    """Refuse rows where no token can be drawn, rather than quietly returning token 0."""
+    empty = ~(logits > NEG_INF).any(-1)  # NaN > -inf is False, so all-NaN rows count too
+    if empty.any():
+        row = int(empty.reshape(-1).nonzero()[0, 0])
+        raise ValueError(
+            f"row {row} of the logits rules out every token (all are -inf or NaN), so there is nothing to "
+            f"draw from: a mask or constraint allowed no token, or the model produced NaN. Allow at least "
+            f"one token, or check the model's output"
+        )
+
+
 def make_generator(seed: int | None = None, device: torch.device | str = "cpu") -> torch.Generator:
-    """A private random number generator: seeded for reproducible draws, or fresh entropy if None."""
+    """A private random number generator: seeded for reproducible draws, or fresh entropy if None.
+
+    A seed is a whole number that fits torch's 64 bits (negative ones are allowed, as in torch).
+    """
     generator = torch.Generator(device=device)
     if seed is None:
         generator.seed()
     else:
-        generator.manual_seed(int(seed))
+        generator.manual_seed(check_int("seed", seed, minimum=-(2**63), maximum=2**64 - 1))
     return generator
 
 
@@ -255,8 +308,12 @@ def sample_batch(
     """One token per row of ``logits`` (shape (N, vocab)), as a tensor of N token ids.
 
     Greedy needs no random draw (and uses none); otherwise each row is drawn independently from
-    its processed distribution with ``generator``.
+    its processed distribution with ``generator``. A row that rules out every token (all -inf
+    or NaN, e.g. a mask that allows nothing) has nothing to draw from and raises ``ValueError``.
     """
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+    _check_something_allowed(logits)
     if params.greedy:
         return apply_repetition_penalty(logits, previous_tokens, params.repetition_penalty).argmax(-1)
     probs = process_logits(logits, params, previous_tokens).softmax(-1)
