@@ -6,7 +6,7 @@ letters out with a running count first (reasoning tokens), or calling a ``count_
 fixes it, at a price in output tokens.
 
 We test it on our own base model. Four short fine-tunes, each from the shipped base model, one
-per answer format (``llmkit.course.conversations.strawberry_tasks``). Half the training items use the
+per answer format (``llmkit.course.strawberry.strawberry_tasks``). Half the training items use the
 training words (``llmkit.course.conversations.words("train")``), half a freshly invented word of 2-8 of
 the same syllables (never a held-out word), so no format can pass by memorising 52 words:
 
@@ -37,9 +37,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from llmkit.chat.template import parse_assistant, render, stop_tokens  # noqa: E402
-from llmkit.course.conversations import REAL_WORDS, STRAWBERRY_FORMATS, strawberry_tasks  # noqa: E402
+from llmkit.course.conversation_data import REAL_WORDS  # noqa: E402
+from llmkit.course.strawberry import STRAWBERRY_FORMATS, strawberry_tasks  # noqa: E402
 from llmkit.course.evals import numbers_in, run_conversation  # noqa: E402
-from llmkit.course.chat_finetune import ChatFinetuneConfig, finetune_chat  # noqa: E402
+from llmkit.course.recipe import ChatFinetuneConfig, finetune_chat  # noqa: E402
 from llmkit.generation.generate import generate  # noqa: E402
 
 RESULTS = REPO / "data" / "strawberry" / "results.json"

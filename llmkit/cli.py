@@ -11,7 +11,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("llmkit.env", "check that this machine can run the course"),
     "train": ("llmkit.training.train", "pretrain a model from a JSON config"),
-    "finetune": ("llmkit.course.chat_finetune", "SFT or DPO on the course's conversations, from a JSON config"),
+    "finetune": ("llmkit.course.recipe", "SFT or DPO on the course's conversations, from a JSON config"),
     "evals": ("llmkit.course.evals", "held-out evaluation of a chat model"),
     "react": ("llmkit.course.evals", "how often a ReAct step cannot be parsed"),
     "recipe": ("llmkit.course.recipe", "rebuild tokenizer, base and chat models end to end (resumable)"),

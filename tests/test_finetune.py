@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmkit.course.conversations import make_conversations, make_preferences
-from llmkit.course.chat_finetune import ChatFinetuneConfig, finetune_chat
+from llmkit.course.conversations import make_conversations
+from llmkit.course.preferences import make_preferences
+from llmkit.course.recipe import ChatFinetuneConfig, finetune_chat
 from llmkit.training.config import FinetuneConfig
 from llmkit.training.dpo import answer_logprobs, dpo_loss, preference_batch
 from llmkit.training.sft import conversation_batch, pad_batch
@@ -158,7 +159,7 @@ def test_tiny_sft_then_dpo_runs(tiny_base, tmp_path):
 
 def test_fresh_entities_are_invented_real_and_never_heldout():
     from llmkit.course.conversations import CITIES, NAMES, words
-    from llmkit.course.chat_finetune import example_source
+    from llmkit.course.recipe import example_source
 
     heldout = set(CITIES["heldout"]) | set(NAMES["heldout"]) | set(words("heldout"))
     plain = make_conversations(60, split="train", seed=9)
@@ -181,7 +182,7 @@ def test_fresh_entities_are_invented_real_and_never_heldout():
 
 
 def test_fresh_conversation_that_does_not_fit_falls_back_to_the_original():
-    from llmkit.course.chat_finetune import example_source
+    from llmkit.course.recipe import example_source
 
     plain = make_conversations(12, split="train", seed=5)
     assert example_source("chat", None, fresh=1.0, fits=lambda c: False)(12, "train", 5) == plain
@@ -229,7 +230,7 @@ def test_dpo_sft_weight_adds_the_chosen_answers_next_token_loss():
 
 def test_varied_invented_names_use_many_different_tokens_and_never_heldout_ones():
     from llmkit.course.conversations import NAMES
-    from llmkit.course.chat_finetune import example_source
+    from llmkit.course.recipe import example_source
 
     tokenizer = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
     source = example_source("chat", ["memory"], fresh=1.0, varied=True)
@@ -262,7 +263,7 @@ def test_copy_words_draw_every_token_alike_and_never_a_heldout_value(tokenizer):
 def test_corpus_names_reach_tokens_that_syllables_miss(tokenizer):
     from llmkit.course.conversations import NAMES
     from llmkit.course.entities import CopyWords
-    from llmkit.course.chat_finetune import example_source
+    from llmkit.course.recipe import example_source
 
     def names_and_tokens(**kwargs):
         source = example_source("chat", ["memory"], fresh=1.0, varied=True, **kwargs)
@@ -281,7 +282,7 @@ def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_lis
     the first 8 kinds only (no "no_tool", "search" or "react" ever reached the model)."""
     import collections
 
-    from llmkit.course.chat_finetune import example_source
+    from llmkit.course.recipe import example_source
     from llmkit.training.sft import step_seed
 
     kinds = ["weather", "letters", "arithmetic", "memory", "memory", "memory", "memory", "memory",
@@ -295,7 +296,7 @@ def test_every_kind_reaches_training_even_when_the_batch_is_smaller_than_the_lis
 def test_repeat_conversations_say_the_words_back_and_fresh_ones_invent_every_word(tokenizer):
     from llmkit.course.conversations import CITIES, NAMES, make_conversations, words
     from llmkit.course.entities import CopyWords
-    from llmkit.course.chat_finetune import example_source
+    from llmkit.course.recipe import example_source
 
     heldout = set(NAMES["heldout"]) | set(CITIES["heldout"]) | set(words("heldout"))
     for c in make_conversations(12, split="heldout", seed=3, kinds=["repeat"]):

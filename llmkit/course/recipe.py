@@ -1,239 +1,156 @@
-# NOTE FROM THE LEAD to engineers C and G: this file is engineer G's recipe (llmkit recipe ...).
-# Engineer C's chat fine-tuning module (ChatFinetuneConfig, finetune_chat, example_source, the
-# finetune command) now lives in llmkit/course/chat_finetune.py: edit it there, not here. This note
-# will be removed by the lead.
-"""One recipe for the course models: tokenizer -> corpus -> pretraining -> SFT stages -> DPO -> evals.
+"""How the course's models are made: the data each fine-tuning stage is handed, and the one recipe.
 
-    llmkit recipe data/models/recipe.json [--device cuda] [--stop-after STAGE]
+``llmkit.training`` fine-tunes on whatever examples it is handed; this module hands it the
+course's. Two ways in:
 
-``recipe.json`` lists the stages in order; each names its kind and a JSON config (paths relative
-to the recipe file). Everything a stage writes goes to ``<out_dir>/<stage name>/`` (under
-``runs/``, outside git): its outputs, ``stage.log`` (what happened, with times) and, for training
-stages, ``train_log.jsonl`` and ``checkpoint/``.
+**One stage** (``llmkit finetune sft|dpo --config FILE``, ``finetune_chat``): the synthetic
+conversations of ``llmkit.course.conversations`` (``data="chat"``, optionally only ``kinds``,
+optionally with invented entities: ``llmkit.course.entities``) or the strawberry experiment's
+task sets (``data="strawberry:<format>"``), and their DPO preference pairs.
 
-Resumable: a stage that finishes writes ``done.json`` holding a hash of its config chained with
-the hashes of every stage before it. Run the command again after an interruption and finished
-stages are skipped, the interrupted one resumes from its last checkpoint, and the rest run.
-Change a stage's config and that stage and every later one run again.
-
-The kinds:
-
-- ``tokenizer``: byte-level BPE on a mix of Shakespeare, the course's notes (modern English)
-  and generated JSON, code and dialogues (``llmkit.course.structured_text``), so snake_case
-  names and JSON cost fewer tokens;
-- ``corpus``: the pretraining text: Shakespeare plus generated structured text that builds
-  copying; held out: Shakespeare's held-out plays and separately generated structured text;
-- ``pretrain``: ``llmkit.training.train.train`` on that corpus (bits/byte on both held-out texts);
-- ``sft``: skill conversations (``llmkit.course.skills``), optionally only some ``kinds``;
-- ``dpo``: skill preference pairs against the previous stage as reference;
-- ``evals``: greedy skill evaluations per split through ``Client`` + ``run_agent``.
+**The recipe** (``llmkit recipe data/models/recipe.json [--device cuda] [--stop-after STAGE]``,
+``run_recipe``): tokenizer -> corpus -> pretraining -> SFT stages -> DPO -> evals, each stage a
+kind and a JSON config (paths relative to the recipe file; runners in
+``llmkit.course.recipe_stages``). A stage writes into ``<out_dir>/<stage name>/`` (under
+``runs/``, outside git) its outputs, ``stage.log`` and, when training, ``train_log.jsonl`` and
+checkpoints. A finished stage writes ``done.json`` with a hash of its config chained with every
+earlier stage's: run the command again after an interruption and finished stages are skipped,
+the interrupted one resumes from its last checkpoint, the rest run. Change a stage's config and
+that stage and every later one run again.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import logging
-import os
 import random
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from llmkit.paths import data_path
+from llmkit.course.conversation_data import Conversation
+from llmkit.course.conversations import make_conversations, pick_letter
+from llmkit.course.preferences import make_preferences
+from llmkit.course.strawberry import strawberry_task, strawberry_tasks
+from llmkit.course.entities import CopyWords, heldout_values, invent, with_fresh_entity
+from llmkit.course.recipe_stages import MODEL_KINDS, RUNNERS, chain_hashes, load_recipe, stage_logger, write_json
+from llmkit.training.config import FinetuneConfig
 
-KINDS = ("tokenizer", "corpus", "pretrain", "sft", "dpo", "evals")
-MODEL_KINDS = ("pretrain", "sft", "dpo")
-DOC_SEPARATOR = "\n<|endoftext|>\n"
-
-
-def write_json(path: Path, value) -> None:
-    """Write JSON atomically: a crash never leaves half a file."""
-    partial = path.with_name(path.name + ".part")
-    partial.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+DATA_FORMATS = "'chat' or 'strawberry:<direct|spelled|tool|spell>'"
 
 
-def write_text(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".part")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+# ------------------------------------------------------------------------------------- one stage
+@dataclass(kw_only=True)
+class ChatFinetuneConfig(FinetuneConfig):
+    """A ``FinetuneConfig`` plus which course examples to train on.
+
+    ``data``: "chat" (``make_conversations``, optionally only ``kinds``) or "strawberry:<format>"
+    (``strawberry_tasks``). For DPO, the preference pairs of ``make_preferences`` (``kinds``
+    defaults to its PREFERENCE_KINDS).
+    """
+
+    data: str = "chat"
+    kinds: list[str] | None = None
+    fresh_entities: float = 0.0  # fraction of training conversations about an invented city/name/word
+    varied_entities: bool = False  # invent them from syllables over the whole alphabet
+    corpus_entities: bool = False  # draw half of them from the corpus's words, token by token (CopyWords)
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        try:
+            example_source(self.data, self.kinds, self.fresh_entities)
+        except ValueError as err:
+            found.append(str(err))
+        return found
 
 
-def load_recipe(path: str | Path) -> dict:
-    """The recipe with each stage's config read in; a missing file or an unknown kind is named."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"recipe file {path} does not exist; the course recipe is data/models/recipe.json")
-    recipe = json.loads(path.read_text(encoding="utf-8"))
-    names = [s["name"] for s in recipe["stages"]]
-    if len(set(names)) != len(names):
-        raise ValueError(f"stage names in {path} must be distinct, got {names}")
-    for stage in recipe["stages"]:
-        if stage["kind"] not in KINDS:
-            raise ValueError(f"stage {stage['name']!r} has kind {stage['kind']!r}; use one of {KINDS}")
-        config = path.parent / stage["config"]
-        if not config.is_file():
-            raise FileNotFoundError(f"stage {stage['name']!r} names the config {config}, which does not exist")
-        stage["settings"] = json.loads(config.read_text(encoding="utf-8"))
-    recipe.setdefault("out_dir", "runs/recipe")
-    return recipe
+def example_source(data: str, kinds=None, fresh: float = 0.0, varied: bool = False,
+                   fits: Callable[[Conversation], bool] | None = None,
+                   lexicon: CopyWords | None = None) -> Callable[[int, str, int], list[Conversation]]:
+    """``(n, split, seed) -> conversations`` for a config's ``data`` string.
+
+    ``fresh``: the fraction of training conversations whose city, name or word is replaced by a
+    freshly invented one (``with_fresh_entity``); held-out conversations are never changed.
+    A longer invented name can push a conversation past the context: where ``fits`` says it does
+    not fit, the original conversation is kept.
+    """
+    if data == "chat":
+        def chat(n: int, split: str, seed: int) -> list[Conversation]:
+            # kinds take turns from the first one, so a batch smaller than the list would never
+            # reach its tail: start each seed (each step) at a different kind
+            turns = None if kinds is None else [*kinds[seed % len(kinds):], *kinds[:seed % len(kinds)]]
+            conversations = make_conversations(n, split=split, seed=seed, kinds=turns)
+            if split != "train" or not fresh:
+                return conversations
+            rng = random.Random(f"llmkit-fresh|{seed}")
+            changed = [with_fresh_entity(c, rng, varied, lexicon) if rng.random() < fresh else c for c in conversations]
+            return [new if new is old or fits is None or fits(new) else old for new, old in zip(changed, conversations)]
+        return chat
+    if isinstance(data, str) and data.startswith("strawberry:"):
+        fmt = data.split(":", 1)[1]
+        strawberry_tasks(fmt, n=0)  # raises a clear error on an unknown format
+
+        def tasks(n: int, split: str, seed: int) -> list[Conversation]:
+            items = strawberry_tasks(fmt, split=split, seed=seed, n=n)
+            if split != "train" or not fresh:
+                return items
+            rng = random.Random(f"llmkit-fresh-strawberry|{seed}")
+            out = []
+            for item in items:
+                if rng.random() < fresh:
+                    word = invent(rng, (2, 8), heldout_values(), False)
+                    invented = strawberry_task(fmt, "train", word, pick_letter(rng, word), rng)
+                    item = invented if fits is None or fits(invented) else item
+                out.append(item)
+            return out
+        return tasks
+    raise ValueError(f"data must be {DATA_FORMATS}, got {data!r}")
 
 
-def chain_hashes(stages: list[dict]) -> list[str]:
-    """A hash per stage of its kind and settings and of every stage before it."""
-    hashes, previous = [], ""
-    for stage in stages:
-        text = json.dumps({"previous": previous, "kind": stage["kind"], "settings": stage["settings"]}, sort_keys=True)
-        previous = hashlib.sha256(text.encode()).hexdigest()[:16]
-        hashes.append(previous)
-    return hashes
+def finetune_chat(stage: str, cfg: ChatFinetuneConfig, *, resume: bool = False, stop_after: int | None = None,
+                  progress: bool = True):
+    """SFT or DPO on the course examples ``cfg`` names (see ``llmkit.training.finetune.finetune``)."""
+    from llmkit.model.weights import TOKENIZER_FILE, model_folder
+    from llmkit.tokens.tokenizer import Tokenizer
+    from llmkit.training.finetune import finetune
+
+    if stage == "dpo":
+        def pairs(n: int, split: str, seed: int) -> list:
+            return make_preferences(n, split=split, seed=seed, kinds=cfg.kinds)
+        return finetune("dpo", cfg, pairs, resume=resume, stop_after=stop_after, progress=progress)
+    folder = model_folder(cfg.base_model)
+    tokenizer = Tokenizer.load(folder / TOKENIZER_FILE)
+    context = json.loads((folder / "config.json").read_text(encoding="utf-8"))["context_length"]
+    source = example_source(cfg.data, cfg.kinds, cfg.fresh_entities, cfg.varied_entities,
+                            fits=lambda c: len(c.render(tokenizer)) <= context + 1,
+                            lexicon=CopyWords.for_corpus(tokenizer) if cfg.corpus_entities else None)
+    return finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress)
 
 
-def stage_logger(folder: Path, name: str) -> logging.Logger:
-    """A logger writing to ``<folder>/stage.log`` (appending: a resumed stage keeps its history)."""
-    logger = logging.getLogger(f"llmkit.recipe.{name}.{folder}")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-        handler.close()
-    handler = logging.FileHandler(folder / "stage.log", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
-    logger.addHandler(handler)
-    return logger
+def main(argv: list[str] | None = None) -> None:
+    """``llmkit finetune sft|dpo --config FILE``: one fine-tuning stage on the course examples."""
+    from llmkit.training.checkpoint import read_log
 
-
-# ----------------------------------------------------------------------------------------- stages
-def run_tokenizer(settings: dict, folder: Path, log: logging.Logger, **_) -> dict:
-    from llmkit.course.structured_text import documents
-    from llmkit.tokens.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer
-
-    shakespeare = data_path("corpus", "train.txt").read_text(encoding="utf-8")[: settings.get("shakespeare_chars")]
-    docs = shakespeare.split("<|endoftext|>")
-    if settings.get("notes", True):
-        docs += [p.read_text(encoding="utf-8") for p in sorted(data_path("docs").glob("*.md"))]
-    docs += documents(settings["structured_documents"], seed=settings.get("seed", 0))
-    log.info("training a %d-token vocabulary on %d documents (%d chars)", settings["vocab_size"], len(docs),
-             sum(map(len, docs)))
-    tokenizer = Tokenizer.train(docs, settings["vocab_size"], pattern="gpt4", special_tokens=COURSE_SPECIAL_TOKENS,
-                                progress=settings.get("progress", True))
-    tokenizer.save(folder / "tokenizer.json")
-    sample = documents(50, seed=10**6)
-    figures = {"bytes_per_token_structured": round(sum(len(d.encode()) for d in sample) /
-                                                   sum(len(tokenizer.encode_ordinary(d)) for d in sample), 3)}
-    log.info("wrote tokenizer.json: %s", figures)
-    return figures
-
-
-def run_corpus(settings: dict, folder: Path, log: logging.Logger, **_) -> dict:
-    from llmkit.course.structured_text import documents
-
-    seed = settings.get("seed", 1)
-    plays = data_path("corpus", "train.txt").read_text(encoding="utf-8")[: settings.get("shakespeare_chars")]
-    docs = [d.strip("\n") for d in plays.split("<|endoftext|>") if d.strip()]
-    docs += documents(settings["structured_documents"], seed=seed)
-    random.Random(f"llmkit-recipe-corpus|{seed}").shuffle(docs)
-    write_text(folder / "train.txt", DOC_SEPARATOR.join(docs))
-    write_text(folder / "heldout.txt", data_path("corpus", "heldout.txt").read_text(encoding="utf-8"))
-    heldout = documents(settings["heldout_structured_documents"], seed=seed + 1, split="heldout")
-    write_text(folder / "heldout_structured.txt", DOC_SEPARATOR.join(heldout))
-    figures = {"documents": len(docs), "train_chars": sum(map(len, docs))}
-    log.info("wrote train.txt, heldout.txt, heldout_structured.txt: %s", figures)
-    return figures
-
-
-def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path, device: str | None,
-                 stop_at_step: int | None, progress: bool, **_) -> dict | None:
-    from llmkit.model.weights import load_model
-    from llmkit.training.config import TrainConfig
-    from llmkit.training.data import load_tokens
-    from llmkit.training.train import bits_per_byte, train
-
-    values = {**settings, "tokenizer": str(out / "tokenizer" / "tokenizer.json"),
-              "train_corpus": str(out / "corpus" / "train.txt"), "heldout_corpus": str(out / "corpus" / "heldout.txt"),
-              "out_dir": str(folder)}
-    if device:
-        values["device"] = device
-    cfg = TrainConfig.from_dict(values, source="the pretrain stage")
-    resume = has_checkpoint(folder)
-    log.info("pretraining %s", "from the last checkpoint" if resume else "from scratch")
-    train(cfg, resume=resume, stop_after=stop_at_step, progress=progress)
-    if not (folder / "model").is_dir():
-        return None
-    model, _ = load_model(folder / "model")
-    figures = {}
-    for name, text in (("shakespeare", "heldout.txt"), ("structured", "heldout_structured.txt")):
-        scores = bits_per_byte(model, None, load_tokens(out / "corpus" / text, cfg.tokenizer), dtype=cfg.dtype)
-        figures[f"heldout_bpb_{name}"] = round(scores["bpb"], 4)
-    log.info("held-out bits/byte: %s", figures)
-    return figures
-
-
-def has_checkpoint(folder: Path) -> bool:
-    """True when an interrupted run left a checkpoint to resume from."""
-    return any(folder.glob("checkpoint*"))
-
-
-def _finetune_config(settings: dict, base: Path, folder: Path, device: str | None):
-    from llmkit.training.config import FinetuneConfig
-
-    values = {k: v for k, v in settings.items() if k != "kinds"}
-    if "kinds" in settings and settings["kinds"] is not None:
-        from llmkit.course.skills import KINDS as SKILL_KINDS
-
-        unknown = [k for k in settings["kinds"] if k not in SKILL_KINDS]
-        if unknown:
-            raise ValueError(f"the {folder.name} stage names unknown kinds {unknown}; choose from {SKILL_KINDS}")
-    values.update(base_model=str(base), out_dir=str(folder), **({"device": device} if device else {}))
-    return FinetuneConfig.from_dict(values, source=f"the {folder.name} stage")
-
-
-def run_finetune(stage: str, settings: dict, folder: Path, log: logging.Logger, *, base: Path, device: str | None,
-                 stop_at_step: int | None, progress: bool, **_) -> dict | None:
-    from llmkit.course.recipe_training import finetune_stage
-
-    cfg = _finetune_config(settings, base, folder, device)
-    resume = has_checkpoint(folder)
-    log.info("%s on %s from %s%s", stage.upper(), settings.get("kinds") or "every kind", base,
-             ", resuming from the last checkpoint" if resume else "")
-    if not finetune_stage(stage, cfg, kinds=settings.get("kinds"), resume=resume, stop_after=stop_at_step,
-                          progress=progress):
-        return None
-    return _last_eval(folder)
-
-
-def _last_eval(folder: Path) -> dict:
-    from llmkit.training.train import read_log
-
-    evals = [r for r in read_log(folder / "train_log.jsonl") if r["kind"] == "eval"]
-    return {k: v for k, v in evals[-1].items() if k != "kind"} if evals else {}
-
-
-def run_evals(settings: dict, folder: Path, log: logging.Logger, *, base: Path, device: str | None,
-              progress: bool, **_) -> dict:
-    from tqdm.auto import tqdm
-
-    from llmkit.chat.client import Client
-    from llmkit.course.skill_scores import evaluate_skills
-    from llmkit.course.skills import KINDS as SKILL_KINDS, SPLITS
-
-    client = Client(base, device=device)
-    splits, kinds = settings.get("splits", SPLITS[1:]), settings.get("kinds") or SKILL_KINDS
-    total = len(splits) * len(kinds) * settings["per_kind"]
-    bar = tqdm(total=total, desc="evals", unit="conv", disable=not progress)
-    report = evaluate_skills(client, per_kind=settings["per_kind"], splits=splits, kinds=kinds,
-                             seed=settings.get("seed", 0), max_tokens=settings.get("max_tokens", 96),
-                             progress=lambda done: bar.update(done - bar.n))
-    bar.close()
-    write_json(folder / "evals.json", report)
-    log.info("evals: %s", {s: {k: v for k, v in r.items() if not k.startswith("n_") and k != "kinds"}
-                           for s, r in report.items()})
-    return {split: {k: v for k, v in r.items() if k != "kinds"} for split, r in report.items()}
-
-
-RUNNERS = {"tokenizer": run_tokenizer, "corpus": run_corpus, "pretrain": run_pretrain,
-           "sft": lambda *a, **k: run_finetune("sft", *a, **k), "dpo": lambda *a, **k: run_finetune("dpo", *a, **k),
-           "evals": run_evals}
+    parser = argparse.ArgumentParser(prog="llmkit finetune",
+                                     description="Fine-tune a model: SFT on conversations, or DPO on preference pairs.")
+    parser.add_argument("stage", choices=["sft", "dpo"])
+    parser.add_argument("--config", required=True, help="a JSON file of ChatFinetuneConfig keys")
+    parser.add_argument("--resume", action="store_true", help="continue from <out_dir>/checkpoint")
+    parser.add_argument("--stop-after", type=int, help="stop after this step (a checkpoint is written)")
+    for key in ("device", "dtype", "out_dir", "base_model", "threads", "max_steps"):
+        parser.add_argument("--" + key.replace("_", "-"), dest=key, help=f"override the config's {key}")
+    args = parser.parse_args(argv)
+    if not Path(args.config).is_file():
+        parser.error(f"config file {args.config} does not exist")
+    overrides = {k: getattr(args, k) for k in ("device", "dtype", "out_dir", "base_model") if getattr(args, k)}
+    overrides.update({k: int(getattr(args, k)) for k in ("threads", "max_steps") if getattr(args, k) is not None})
+    cfg = ChatFinetuneConfig.from_json(args.config, **overrides)
+    started = time.perf_counter()
+    finetune_chat(args.stage, cfg, resume=args.resume, stop_after=args.stop_after)
+    evals = [r for r in read_log(Path(cfg.out_dir) / "train_log.jsonl") if r["kind"] == "eval"]
+    if evals:
+        print(json.dumps(evals[-1]), f"{(time.perf_counter() - started) / 60:.1f} min")
 
 
 # ----------------------------------------------------------------------------------------- driver
@@ -271,8 +188,6 @@ def _run_stage(stage: dict, chain: str, folder: Path, **context) -> str:
         return "skipped"
     started = folder / "started.json"
     if folder.exists() and not (started.is_file() and json.loads(started.read_text(encoding="utf-8")).get("chain") == chain):
-        import shutil
-
         shutil.rmtree(folder)  # a run of an older config: its checkpoints must not be resumed
     folder.mkdir(parents=True, exist_ok=True)
     write_json(started, {"chain": chain})
@@ -289,7 +204,8 @@ def _run_stage(stage: dict, chain: str, folder: Path, **context) -> str:
     return "done"
 
 
-def main(argv: list[str] | None = None) -> int:
+def recipe_main(argv: list[str] | None = None) -> int:
+    """``llmkit recipe RECIPE.json``: every stage not yet done, in order."""
     parser = argparse.ArgumentParser(prog="llmkit recipe", description="Build the course models end to end, "
                                      "resuming after an interruption.")
     parser.add_argument("recipe", help="the recipe file, e.g. data/models/recipe.json")

@@ -4,7 +4,7 @@ Both stages run the same skeleton as pretraining (``llmkit.training.run``: resum
 save); only the data, the loss and the held-out report are new. The examples are handed in as a
 function ``(n, split, seed) -> examples``: any objects that render with the chat template (SFT) or
 into prompt/chosen/rejected ids (DPO). Which conversations to teach is the caller's choice; the
-course's chat fine-tuning (``llmkit.course.chat_finetune``) is one such caller.
+course's recipe (``llmkit.course.recipe``) is one such caller.
 """
 from __future__ import annotations
 
