@@ -55,7 +55,7 @@ def oniguruma_pattern(pattern: str) -> str:
     Oniguruma. Everything else in the GPT-2 and GPT-4 patterns means the same in both engines.
     """
     out: list[str] = []
-    atom_start = 0  # where in ``out`` the last complete atom begins
+    atom_start: int | None = 0  # where in ``out`` the last complete atom begins (None: it was a group)
     i, in_class = 0, False
     while i < len(pattern):
         char = pattern[i]
@@ -77,7 +77,7 @@ def oniguruma_pattern(pattern: str) -> str:
             continue
         elif char == "{" and _possessive_interval(pattern, i):
             interval = pattern[i:pattern.index("}", i) + 1]
-            if "".join(out[atom_start:]) in ("", ")"):
+            if atom_start is None or atom_start >= len(out):
                 raise ValueError(f"pattern {pattern!r} has a possessive interval after a group at character {i}; "
                                  "Oniguruma reads it differently: write it as an atomic group (?>...{m,n})")
             atom = "".join(out[atom_start:])
@@ -85,7 +85,9 @@ def oniguruma_pattern(pattern: str) -> str:
             out.append(f"(?>{atom}{interval})")
             i += len(interval) + 1
             continue
-        elif char not in "+*?|()":
+        elif char == ")":
+            atom_start = None  # a group: rewriting it would need a parser, so refuse below
+        elif char not in "+*?|(":
             atom_start = len(out)
         out.append(char)
         i += 1
@@ -184,6 +186,7 @@ def tokenizer_config(tokenizer, *, model_max_length: int | None = None) -> dict[
         "added_tokens_decoder": {str(token_id): {"content": name, **SPECIAL_TOKEN_FLAGS}
                                  for name, token_id in sorted(special.items(), key=lambda item: item[1])},
         "bos_token": None, "eos_token": end, "pad_token": end, "unk_token": None,
+        "extra_special_tokens": [name for name in sorted(special, key=special.get) if name != end],
         "clean_up_tokenization_spaces": False,
         "model_max_length": model_max_length if model_max_length is not None else 10**30,
     }
