@@ -1,0 +1,221 @@
+"""The recipe's stages, one function per kind: tokenizer, corpus, pretrain, sft, dpo, evals.
+
+Each runner takes the stage's settings, its folder and a logger, does its work, and returns the
+figures to record in ``done.json`` (or None when a training stage stopped early and will resume).
+``llmkit.course.recipe`` runs them in order; see there for the recipe file and resuming.
+
+- ``tokenizer``: byte-level BPE on a mix of Shakespeare, the course's notes (modern English)
+  and generated JSON, code and dialogues (``llmkit.course.structured_text``), so snake_case
+  names and JSON cost fewer tokens;
+- ``corpus``: the pretraining text: Shakespeare plus generated structured text that builds
+  copying; held out: Shakespeare's held-out plays and separately generated structured text;
+- ``pretrain``: ``llmkit.training.train.train`` on that corpus (bits/byte on both held-out texts);
+- ``sft``: skill conversations (``llmkit.course.skills``), optionally only some ``kinds``;
+- ``dpo``: skill preference pairs against the previous stage as reference;
+- ``evals``: greedy skill evaluations per split through ``Client`` + ``run_agent``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+
+from llmkit.paths import data_path
+
+KINDS = ("tokenizer", "corpus", "pretrain", "sft", "dpo", "evals")
+MODEL_KINDS = ("pretrain", "sft", "dpo")
+DOC_SEPARATOR = "\n<|endoftext|>\n"
+
+
+def write_json(path: Path, value) -> None:
+    """Write JSON atomically: a crash never leaves half a file."""
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def write_text(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def load_recipe(path: str | Path) -> dict:
+    """The recipe with each stage's config read in; a missing file or an unknown kind is named."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"recipe file {path} does not exist; the course recipe is data/models/recipe.json")
+    recipe = json.loads(path.read_text(encoding="utf-8"))
+    names = [s["name"] for s in recipe["stages"]]
+    if len(set(names)) != len(names):
+        raise ValueError(f"stage names in {path} must be distinct, got {names}")
+    for stage in recipe["stages"]:
+        if stage["kind"] not in KINDS:
+            raise ValueError(f"stage {stage['name']!r} has kind {stage['kind']!r}; use one of {KINDS}")
+        config = path.parent / stage["config"]
+        if not config.is_file():
+            raise FileNotFoundError(f"stage {stage['name']!r} names the config {config}, which does not exist")
+        stage["settings"] = json.loads(config.read_text(encoding="utf-8"))
+    recipe.setdefault("out_dir", "runs/recipe")
+    return recipe
+
+
+def chain_hashes(stages: list[dict]) -> list[str]:
+    """A hash per stage of its kind and settings and of every stage before it."""
+    hashes, previous = [], ""
+    for stage in stages:
+        text = json.dumps({"previous": previous, "kind": stage["kind"], "settings": stage["settings"]}, sort_keys=True)
+        previous = hashlib.sha256(text.encode()).hexdigest()[:16]
+        hashes.append(previous)
+    return hashes
+
+
+def stage_logger(folder: Path, name: str) -> logging.Logger:
+    """A logger writing to ``<folder>/stage.log`` (appending: a resumed stage keeps its history)."""
+    logger = logging.getLogger(f"llmkit.recipe.{name}.{folder}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    handler = logging.FileHandler(folder / "stage.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    logger.addHandler(handler)
+    return logger
+
+
+# ----------------------------------------------------------------------------------------- stages
+def run_tokenizer(settings: dict, folder: Path, log: logging.Logger, **_) -> dict:
+    from llmkit.course.structured_text import documents
+    from llmkit.tokens.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer
+
+    shakespeare = data_path("corpus", "train.txt").read_text(encoding="utf-8")[: settings.get("shakespeare_chars")]
+    docs = shakespeare.split("<|endoftext|>")
+    if settings.get("notes", True):
+        docs += [p.read_text(encoding="utf-8") for p in sorted(data_path("docs").glob("*.md"))]
+    docs += documents(settings["structured_documents"], seed=settings.get("seed", 0))
+    log.info("training a %d-token vocabulary on %d documents (%d chars)", settings["vocab_size"], len(docs),
+             sum(map(len, docs)))
+    tokenizer = Tokenizer.train(docs, settings["vocab_size"], pattern="gpt4", special_tokens=COURSE_SPECIAL_TOKENS,
+                                progress=settings.get("progress", True))
+    tokenizer.save(folder / "tokenizer.json")
+    sample = documents(50, seed=10**6)
+    figures = {"bytes_per_token_structured": round(sum(len(d.encode()) for d in sample) /
+                                                   sum(len(tokenizer.encode_ordinary(d)) for d in sample), 3)}
+    log.info("wrote tokenizer.json: %s", figures)
+    return figures
+
+
+def run_corpus(settings: dict, folder: Path, log: logging.Logger, **_) -> dict:
+    from llmkit.course.structured_text import documents
+
+    seed = settings.get("seed", 1)
+    plays = data_path("corpus", "train.txt").read_text(encoding="utf-8")[: settings.get("shakespeare_chars")]
+    docs = [d.strip("\n") for d in plays.split("<|endoftext|>") if d.strip()]
+    docs += documents(settings["structured_documents"], seed=seed)
+    random.Random(f"llmkit-recipe-corpus|{seed}").shuffle(docs)
+    write_text(folder / "train.txt", DOC_SEPARATOR.join(docs))
+    write_text(folder / "heldout.txt", data_path("corpus", "heldout.txt").read_text(encoding="utf-8"))
+    heldout = documents(settings["heldout_structured_documents"], seed=seed + 1, split="heldout")
+    write_text(folder / "heldout_structured.txt", DOC_SEPARATOR.join(heldout))
+    figures = {"documents": len(docs), "train_chars": sum(map(len, docs))}
+    log.info("wrote train.txt, heldout.txt, heldout_structured.txt: %s", figures)
+    return figures
+
+
+def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path, device: str | None,
+                 stop_at_step: int | None, progress: bool, **_) -> dict | None:
+    from llmkit.model.weights import load_model
+    from llmkit.training.config import TrainConfig
+    from llmkit.training.data import load_tokens
+    from llmkit.training.train import bits_per_byte, train
+
+    values = {**settings, "tokenizer": str(out / "tokenizer" / "tokenizer.json"),
+              "train_corpus": str(out / "corpus" / "train.txt"), "heldout_corpus": str(out / "corpus" / "heldout.txt"),
+              "out_dir": str(folder)}
+    if device:
+        values["device"] = device
+    cfg = TrainConfig.from_dict(values, source="the pretrain stage")
+    resume = has_checkpoint(folder)
+    log.info("pretraining %s", "from the last checkpoint" if resume else "from scratch")
+    train(cfg, resume=resume, stop_after=stop_at_step, progress=progress)
+    if not (folder / "model").is_dir():
+        return None
+    model, _ = load_model(folder / "model")
+    figures = {}
+    for name, text in (("shakespeare", "heldout.txt"), ("structured", "heldout_structured.txt")):
+        scores = bits_per_byte(model, None, load_tokens(out / "corpus" / text, cfg.tokenizer), dtype=cfg.dtype)
+        figures[f"heldout_bpb_{name}"] = round(scores["bpb"], 4)
+    log.info("held-out bits/byte: %s", figures)
+    return figures
+
+
+def has_checkpoint(folder: Path) -> bool:
+    """True when an interrupted run left a checkpoint to resume from."""
+    return any(folder.glob("checkpoint*"))
+
+
+def _finetune_config(settings: dict, base: Path, folder: Path, device: str | None):
+    from llmkit.training.config import FinetuneConfig
+
+    values = {k: v for k, v in settings.items() if k != "kinds"}
+    if "kinds" in settings and settings["kinds"] is not None:
+        from llmkit.course.skills import KINDS as SKILL_KINDS
+
+        unknown = [k for k in settings["kinds"] if k not in SKILL_KINDS]
+        if unknown:
+            raise ValueError(f"the {folder.name} stage names unknown kinds {unknown}; choose from {SKILL_KINDS}")
+    values.update(base_model=str(base), out_dir=str(folder), **({"device": device} if device else {}))
+    return FinetuneConfig.from_dict(values, source=f"the {folder.name} stage")
+
+
+def run_finetune(stage: str, settings: dict, folder: Path, log: logging.Logger, *, base: Path, device: str | None,
+                 stop_at_step: int | None, progress: bool, **_) -> dict | None:
+    from llmkit.course.recipe_training import finetune_stage
+
+    cfg = _finetune_config(settings, base, folder, device)
+    resume = has_checkpoint(folder)
+    log.info("%s on %s from %s%s", stage.upper(), settings.get("kinds") or "every kind", base,
+             ", resuming from the last checkpoint" if resume else "")
+    if not finetune_stage(stage, cfg, kinds=settings.get("kinds"), resume=resume, stop_after=stop_at_step,
+                          progress=progress):
+        return None
+    return _last_eval(folder)
+
+
+def _last_eval(folder: Path) -> dict:
+    from llmkit.training.train import read_log
+
+    evals = [r for r in read_log(folder / "train_log.jsonl") if r["kind"] == "eval"]
+    return {k: v for k, v in evals[-1].items() if k != "kind"} if evals else {}
+
+
+def run_evals(settings: dict, folder: Path, log: logging.Logger, *, base: Path, device: str | None,
+              progress: bool, **_) -> dict:
+    from tqdm.auto import tqdm
+
+    from llmkit.chat.client import Client
+    from llmkit.course.skill_scores import evaluate_skills
+    from llmkit.course.skills import KINDS as SKILL_KINDS, SPLITS
+
+    client = Client(base, device=device)
+    splits, kinds = settings.get("splits", SPLITS[1:]), settings.get("kinds") or SKILL_KINDS
+    total = len(splits) * len(kinds) * settings["per_kind"]
+    bar = tqdm(total=total, desc="evals", unit="conv", disable=not progress)
+    report = evaluate_skills(client, per_kind=settings["per_kind"], splits=splits, kinds=kinds,
+                             seed=settings.get("seed", 0), max_tokens=settings.get("max_tokens", 96),
+                             progress=lambda done: bar.update(done - bar.n))
+    bar.close()
+    write_json(folder / "evals.json", report)
+    log.info("evals: %s", {s: {k: v for k, v in r.items() if not k.startswith("n_") and k != "kinds"}
+                           for s, r in report.items()})
+    return {split: {k: v for k, v in r.items() if k != "kinds"} for split, r in report.items()}
+
+
+RUNNERS = {"tokenizer": run_tokenizer, "corpus": run_corpus, "pretrain": run_pretrain,
+           "sft": lambda *a, **k: run_finetune("sft", *a, **k), "dpo": lambda *a, **k: run_finetune("dpo", *a, **k),
+           "evals": run_evals}
