@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from llmkit.course.conversations import Preference
+from llmkit.course.preferences import Preference
 from llmkit.course.skills import SkillConversation, make_skill
 from llmkit.course.values import draw
 

@@ -1,0 +1,82 @@
+"""The recipe's fine-tuning data: skill conversations for SFT, skill preference pairs for DPO.
+
+``llmkit.training.finetune`` runs SFT and DPO on whatever examples it is handed as a function
+``(n, split, seed) -> examples``; these are the course's. Its "heldout" split is the hardest one
+here, ``unseen_phrasings_and_tools``, so the held-out loss in the log is the curve that shows
+when the model starts to read tools and requests it has never seen.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from llmkit.course.skill_preferences import make_skill_preferences
+from llmkit.course.skills import make_skills
+
+HELDOUT_SPLIT = "unseen_phrasings_and_tools"
+MAX_SKIPPED_SHARE = 0.5  # more examples than this too long for the context is a config error
+
+
+def fitting(make: Callable[[int, int], list], n: int, length: Callable[[object], int], context: int,
+            seed: int) -> list:
+    """``n`` examples of at most ``context + 1`` tokens, drawing more rounds until there are enough.
+
+    A generated conversation too long for a small model is skipped, never cut: a cut conversation
+    would teach half an answer. If most do not fit, the config is wrong, and this says so rather
+    than training on the short ones only (which would quietly drop the multi-tool kinds).
+    """
+    kept, skipped, round_ = [], 0, 0
+    while len(kept) < n:
+        for example in make(n, seed * 1000 + round_):
+            if len(kept) == n:
+                break
+            if length(example) <= context + 1:
+                kept.append(example)
+            else:
+                skipped += 1
+        round_ += 1
+        if skipped > 2 * n and skipped > MAX_SKIPPED_SHARE * (len(kept) + skipped):
+            raise ValueError(f"{skipped} of {len(kept) + skipped} generated examples do not fit the model's "
+                             f"{context}-token context; raise context_length or the tokenizer's vocab_size")
+    return kept
+
+
+def _split(split: str) -> str:
+    return "train" if split == "train" else HELDOUT_SPLIT
+
+
+def conversation_source(tokenizer, context: int, kinds=None):
+    """``(n, split, seed) -> skill conversations`` that fit ``context`` (for SFT)."""
+    def source(n: int, split: str, seed: int) -> list:
+        return fitting(lambda k, s: make_skills(k, split=_split(split), seed=s, kinds=kinds), n,
+                       lambda c: len(c.render(tokenizer)), context, seed)
+    return source
+
+
+def pair_source(tokenizer, context: int):
+    """``(n, split, seed) -> skill preference pairs`` whose longer answer fits ``context`` (for DPO)."""
+    def length(pair) -> int:
+        ids = pair.render(tokenizer)
+        return len(ids["prompt"]) + max(len(ids["chosen"]), len(ids["rejected"]))
+
+    def source(n: int, split: str, seed: int) -> list:
+        return fitting(lambda k, s: make_skill_preferences(k, split=_split(split), seed=s), n, length, context, seed)
+    return source
+
+
+def finetune_stage(stage: str, cfg, *, kinds=None, resume: bool, stop_after: int | None, progress: bool) -> bool:
+    """Run one SFT or DPO stage on the course's skill data; True when it finished (``model/`` written)."""
+    from llmkit.tokens.tokenizer import Tokenizer
+    from llmkit.training.finetune import finetune
+
+    tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
+    context = _context_of(cfg.base_model)
+    source = conversation_source(tokenizer, context, kinds) if stage == "sft" else pair_source(tokenizer, context)
+    finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress)
+    return stop_after is None or stop_after >= cfg.max_steps
+
+
+def _context_of(model_dir: str) -> int:
+    import json
+
+    return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))["context_length"]

@@ -1,0 +1,118 @@
+"""The recipe end to end on a tiny config (seconds): every stage runs, an interruption resumes,
+finished stages are skipped, and a changed config reruns its stage and the ones after it."""
+import json
+
+import pytest
+
+from llmkit.course.recipe import chain_hashes, load_recipe, recipe_main, run_recipe
+from llmkit.model.weights import load_model
+
+TINY = {
+    "tokenizer": {"vocab_size": 400, "shakespeare_chars": 30000, "notes": False, "structured_documents": 30,
+                  "progress": False},
+    "corpus": {"shakespeare_chars": 40000, "structured_documents": 40, "heldout_structured_documents": 6},
+    "pretrain": {"model": {"family": "llama", "context_length": 2048, "d_model": 32, "n_layers": 1, "n_heads": 2,
+                           "n_kv_heads": 2, "dropout": 0.0},
+                 "batch_size": 2, "max_steps": 4, "warmup_steps": 1, "log_every": 1, "eval_every": 4,
+                 "checkpoint_every": 1, "sample_tokens": 4, "device": "cpu", "threads": 1},
+    "sft": {"kinds": ["chitchat", "memory", "tool"], "batch_size": 2, "max_steps": 3, "warmup_steps": 1,
+            "heldout_examples": 2, "eval_every": 3, "checkpoint_every": 1, "log_every": 1, "device": "cpu"},
+    "dpo": {"batch_size": 2, "max_steps": 2, "warmup_steps": 1, "heldout_examples": 2, "eval_every": 2,
+            "checkpoint_every": 1, "log_every": 1, "sft_weight": 0.5, "device": "cpu"},
+    "evals": {"per_kind": 1, "splits": ["seen", "unseen_phrasings_and_tools"], "kinds": ["chitchat", "tool"],
+              "max_tokens": 4},
+}
+
+
+def write_recipe(folder, settings=TINY):
+    (folder / "stages").mkdir(exist_ok=True)
+    stages = []
+    for kind, values in settings.items():
+        (folder / "stages" / f"{kind}.json").write_text(json.dumps(values))
+        stages.append({"name": kind, "kind": kind, "config": f"stages/{kind}.json"})
+    path = folder / "recipe.json"
+    path.write_text(json.dumps({"out_dir": str(folder / "runs"), "stages": stages}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Run the tiny recipe with an interruption in pretraining, then to the end."""
+    folder = tmp_path_factory.mktemp("recipe")
+    path = write_recipe(folder)
+    first = run_recipe(path, stop_at_step=2, progress=False)
+    second = run_recipe(path, progress=False)
+    return folder, path, first, second
+
+
+def test_an_interrupted_stage_resumes_and_the_rest_runs(built):
+    folder, _, first, second = built
+    assert first == {"tokenizer": "done", "corpus": "done", "pretrain": "interrupted"}
+    assert second == {"tokenizer": "skipped", "corpus": "skipped", "pretrain": "done", "sft": "done",
+                      "dpo": "done", "evals": "done"}
+    log = (folder / "runs" / "pretrain" / "stage.log").read_text()
+    assert "interrupted" in log and "from the last checkpoint" in log
+    steps = [json.loads(line)["step"] for line in (folder / "runs" / "pretrain" / "train_log.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "train"]
+    assert steps == [1, 2, 3, 4]  # resumed at step 2, no step lost or repeated
+
+
+def test_every_stage_leaves_its_outputs_and_a_log(built):
+    folder, *_ = built
+    runs = folder / "runs"
+    for stage in TINY:
+        done = json.loads((runs / stage / "done.json").read_text())
+        assert done["seconds"] >= 0 and (runs / stage / "stage.log").is_file()
+    figures = json.loads((runs / "pretrain" / "done.json").read_text())["figures"]
+    assert set(figures) == {"heldout_bpb_shakespeare", "heldout_bpb_structured"}
+    model, tokenizer = load_model(runs / "dpo" / "model")
+    assert tokenizer.vocab_size == 400 and model.config.context_length == 2048
+    evals = json.loads((runs / "evals" / "evals.json").read_text())
+    assert set(evals) == {"seen", "unseen_phrasings_and_tools"}
+    assert 0.0 <= evals["seen"]["right_tool"] <= 1.0 and evals["seen"]["n_right_tool"] == 2
+
+
+def test_a_finished_recipe_is_all_skipped_and_a_changed_stage_reruns_from_there(built):
+    folder, path, *_ = built
+    assert set(run_recipe(path, progress=False).values()) == {"skipped"}
+    changed = {**TINY, "evals": {**TINY["evals"], "max_tokens": 5}}
+    path = write_recipe(folder, changed)
+    outcome = run_recipe(path, progress=False)
+    assert outcome["dpo"] == "skipped" and outcome["evals"] == "done"
+
+
+def test_changing_a_stage_changes_its_hash_and_every_later_one(tmp_path):
+    recipe = load_recipe(write_recipe(tmp_path))
+    before = chain_hashes(recipe["stages"])
+    recipe["stages"][2]["settings"]["max_steps"] = 5
+    after = chain_hashes(recipe["stages"])
+    assert before[:2] == after[:2] and all(b != a for b, a in zip(before[2:], after[2:]))
+
+
+def test_bad_recipes_are_refused_with_the_problem_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="recipe file"):
+        run_recipe(tmp_path / "missing.json")
+    path = write_recipe(tmp_path)
+    with pytest.raises(ValueError, match="not a stage"):
+        run_recipe(path, stop_after="nope")
+    recipe = json.loads(path.read_text())
+    recipe["stages"][0]["kind"] = "magic"
+    path.write_text(json.dumps(recipe))
+    with pytest.raises(ValueError, match="kind 'magic'"):
+        load_recipe(path)
+
+
+def test_the_shipped_recipe_loads_with_a_1024_context():
+    from llmkit.paths import data_path
+
+    recipe = load_recipe(data_path("models", "recipe.json"))
+    kinds = [s["kind"] for s in recipe["stages"]]
+    assert kinds[:3] == ["tokenizer", "corpus", "pretrain"] and "dpo" in kinds and kinds[-1] == "evals"
+    assert recipe["stages"][2]["settings"]["model"]["context_length"] >= 1024
+
+
+def test_stop_after_stops_there(tmp_path):
+    path = write_recipe(tmp_path)
+    assert recipe_main([str(path), "--stop-after", "tokenizer", "--no-progress"]) == 0
+    assert (tmp_path / "runs" / "tokenizer" / "done.json").is_file()
+    assert not (tmp_path / "runs" / "corpus").exists()
