@@ -190,3 +190,60 @@ def test_two_processes_match_one_with_the_same_global_batch(corpus, tmp_path):
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=0, atol=1e-6)
     assert train_losses(tmp_path / "two") == pytest.approx(train_losses(tmp_path / "one"), abs=1e-4)
+
+
+# ------------------------------------------------------------------------------ every field checked
+def test_every_bad_field_is_named_in_one_message():
+    bad = {"model": TINY_MODEL, "learning_rate": math.nan, "min_learning_rate": -1.0, "grad_clip": -1.0,
+           "weight_decay": -0.1, "max_steps": 0, "log_every": 0, "eval_every": 0, "checkpoint_every": 0,
+           "betas": [0.9, 1.5], "warmup_steps": -1, "device": "tpu:x", "threads": 0}
+    with pytest.raises(ValueError) as caught:
+        TrainConfig.from_dict(bad, source="bad.json")
+    message = str(caught.value)
+    for field in bad:
+        if field != "model":
+            assert field in message, field
+    assert "bad.json" in message
+
+
+@pytest.mark.parametrize("field, value", [("learning_rate", 1e6), ("learning_rate", math.inf),
+                                          ("learning_rate", 0.0), ("seed", -1), ("batch_size", 0)])
+def test_values_that_cannot_train_are_refused(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig.from_dict({"model": TINY_MODEL, field: value})
+
+
+@pytest.mark.parametrize("field, value", [("batch_size", "8"), ("max_steps", 2.5), ("learning_rate", "1e-3"),
+                                          ("max_steps", True), ("model", [1, 2])])
+def test_wrong_types_are_type_errors(field, value):
+    with pytest.raises(TypeError, match=field):
+        TrainConfig.from_dict({"model": TINY_MODEL, field: value})
+
+
+def test_finetune_config_checks_its_own_fields():
+    from llmkit.training.config import FinetuneConfig
+
+    with pytest.raises(ValueError) as caught:
+        FinetuneConfig(beta=-0.1, sft_weight=math.nan, dropout=1.0)
+    assert all(part in str(caught.value) for part in ("beta must be greater than 0", "sft_weight", "dropout"))
+    assert "model" not in {f for f in FinetuneConfig().to_dict()}  # the shape comes from base_model
+
+
+# ------------------------------------------------------------------------------------ bits per byte
+def test_bits_per_byte_of_a_string_equals_that_of_its_tokens():
+    from llmkit.model.weights import load_model
+    from llmkit.training.data import TokenizedText
+    from llmkit.training.train import bits_per_byte
+
+    model, tokenizer = load_model("base")
+    text = "KING.\nWhat say you, my lord? Speak, and be brief."
+    tokens = TokenizedText(None, __import__("numpy").array(tokenizer.encode(text)), len(text.encode("utf-8")))
+    from_string, from_tokens = bits_per_byte(model, tokenizer, text), bits_per_byte(model, None, tokens)
+    assert from_string == from_tokens
+    assert from_string["tokens"] == len(tokens) - 1
+    assert from_string["bpb"] == pytest.approx(from_string["loss"] * from_string["tokens"] / math.log(2) / tokens.n_bytes)
+    assert bits_per_byte(model, tokenizer, "USER.\nMy phone battery died.")["bpb"] > from_string["bpb"]
+    with pytest.raises(ValueError, match="at least two tokens"):
+        bits_per_byte(model, tokenizer, "a")
+    with pytest.raises(TypeError, match="tokenizer"):
+        bits_per_byte(model, None, text)

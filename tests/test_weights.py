@@ -1,6 +1,9 @@
 """Checkpoints: exact round trips without pickle, and clear errors for damaged or mismatched files."""
 import json
+import math
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,3 +169,116 @@ def test_load_model_with_an_unknown_name_says_what_exists(tmp_path):
         load_model("no-such-model")
     with pytest.raises(FileNotFoundError, match="'base', 'chat' or a model folder"):
         load_model(tmp_path / "missing" / "folder")
+
+
+# --------------------------------------------------------------------------------- hostile files
+def rewrite_config(folder, **changes):
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"d_model": 16384}, r"does not match its config"),
+    ({"n_layers": 1000}, r"n_layers=1000, but .* holds only"),
+    ({"n_layers": 100_000}, r"n_layers is 100,000, above the sane limit"),
+    ({"context_length": 10**8}, r"context_length is 100,000,000, above the sane limit"),
+    ({"vocab_size": 10**9, "d_model": 16384}, r"vocab_size is 1,000,000,000"),
+])
+def test_a_few_bytes_of_config_cannot_ask_for_gigabytes(tmp_path, changes, message):
+    """Each would allocate gigabytes if built; the config is checked against bounds and the
+    weights file's header (read without loading a weight) first."""
+    save(make(CONFIGS["llama_gqa"]), tmp_path)
+    without_saved_config(tmp_path)
+    rewrite_config(tmp_path, **changes)
+    with pytest.raises(ValueError, match=message):
+        load(tmp_path)
+
+
+def test_rope_tables_far_larger_than_the_model_are_refused(tmp_path):
+    config = ModelConfig.llama(vocab_size=61, context_length=32, d_model=64, n_layers=1, n_heads=1)
+    save(make(config), tmp_path)
+    without_saved_config(tmp_path)
+    rewrite_config(tmp_path, context_length=4_000_000)  # within the limit, but 2 GiB of cos/sin tables
+    with pytest.raises(ValueError, match=r"RoPE tables would take .* GiB"):
+        load(tmp_path)
+
+
+def test_a_config_that_is_a_fifo_or_an_endless_device_does_not_hang(tmp_path):
+    import threading
+
+    save(make(CONFIGS["gpt2"]), tmp_path)
+    (tmp_path / "config.json").unlink()
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "config.json")
+    else:
+        pytest.skip("no FIFOs on this platform")
+    outcome = []
+    worker = threading.Thread(target=lambda: outcome.append(_error_of(lambda: load(tmp_path))), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert outcome and "not a regular file" in outcome[0]
+    (tmp_path / "config.json").unlink()
+    if Path("/dev/zero").exists():
+        (tmp_path / "config.json").symlink_to("/dev/zero")
+        with pytest.raises(ValueError, match="not a regular file"):
+            load(tmp_path)
+
+
+def _error_of(action) -> str:
+    try:
+        action()
+    except Exception as err:  # noqa: BLE001 - the test reads the message
+        return str(err)
+    return "no error"
+
+
+@pytest.mark.parametrize("field, value", [("rope_theta", math.nan), ("norm_eps", math.inf), ("rope_theta", -1.0)])
+def test_non_finite_config_numbers_are_named(tmp_path, field, value):
+    save(make(CONFIGS["llama_gqa"]), tmp_path)
+    rewrite_config(tmp_path, **{field: value})  # json writes NaN / Infinity, which Python's reader accepts
+    with pytest.raises(ValueError, match=field):
+        load(tmp_path)
+
+
+def test_nan_weights_and_integer_tensors_are_named(tmp_path):
+    save(make(CONFIGS["gpt2"]), tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    poisoned = tensors["blocks.1.mlp.up.weight"].clone()
+    poisoned[0, 0] = math.nan
+    save_file({**tensors, "blocks.1.mlp.up.weight": poisoned}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=r"NaN or infinite values in \['blocks\.1\.mlp\.up\.weight'\]"):
+        load(tmp_path)
+    as_ints = {name: t.to(torch.int64) for name, t in tensors.items()}
+    save_file(as_ints, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="must be floating point"):
+        load(tmp_path)
+
+
+def test_the_shapes_the_loader_expects_are_the_models_own():
+    from llmkit.model.file_checks import expected_shapes
+
+    for config in CONFIGS.values():
+        model = make(config)
+        own = {name: tuple(t.shape) for name, t in model.state_dict().items()
+               if not (config.tie_embeddings and name == "lm_head.weight")}
+        assert expected_shapes(config) == own
+
+
+# ------------------------------------------------------------------------------ names and folders
+@pytest.mark.skipif(not SHIPPED_BASE.is_file(), reason="the base model is not trained yet")
+def test_a_folder_named_base_does_not_shadow_the_shipped_model(tmp_path, monkeypatch):
+    """Rule: a bare name ("base", "chat") is a shipped model; a path ("./base", a Path) is a folder."""
+    from llmkit.tokens.tokenizer import Tokenizer
+
+    shipped = load(SHIPPED_BASE.parent)
+    impostor = ModelConfig.llama(**{**SHAPE, "vocab_size": Tokenizer.load(SHIPPED_TOKENIZER).vocab_size})
+    save(make(impostor), tmp_path / "base")
+    shutil.copy(SHIPPED_TOKENIZER, tmp_path / "base" / "tokenizer.json")
+    monkeypatch.chdir(tmp_path)
+    model, _ = load_model("base")
+    assert model.config == shipped.config and all(torch.equal(a, b) for a, b in zip(
+        model.state_dict().values(), shipped.state_dict().values()))
+    for local in ("./base", Path("base"), tmp_path / "base"):
+        assert load_model(local)[0].config == impostor
+    with pytest.raises(FileNotFoundError, match=r"no shipped model named 'chatt'.*'\./chatt'"):
+        load_model("chatt")
