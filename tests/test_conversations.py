@@ -9,6 +9,9 @@ import sys
 import pytest
 
 from llmkit.course import conversations as conv
+from llmkit.course import conversation_data as data
+from llmkit.course import preferences as prefs
+from llmkit.course import strawberry as straw
 from llmkit.chat.template import MARKERS, parse_assistant
 from llmkit.paths import data_path
 from llmkit.tokens.tokenizer import Tokenizer
@@ -27,12 +30,12 @@ def tok():
 @pytest.fixture(scope="module")
 def sample():
     """A few hundred conversations of every kind from both splits."""
-    return [c for split in conv.SPLITS for c in conv.make_conversations(300, split=split, seed=3)]
+    return [c for split in data.SPLITS for c in conv.make_conversations(300, split=split, seed=3)]
 
 
 def strawberry_sets():
-    return [c for split in conv.SPLITS for fmt in conv.STRAWBERRY_FORMATS
-            for c in conv.strawberry_tasks(fmt, split=split)]
+    return [c for split in data.SPLITS for fmt in straw.STRAWBERRY_FORMATS
+            for c in straw.strawberry_tasks(fmt, split=split)]
 
 
 def fingerprint(items) -> str:
@@ -41,14 +44,14 @@ def fingerprint(items) -> str:
 
 # ---------------------------------------------------------------------------------------------- determinism
 def test_same_seed_same_data_across_processes():
-    code = ("import hashlib, json; from llmkit.course import conversations as c; "
-            "items = c.make_conversations(60, split='heldout', seed=5) + c.make_preferences(20, seed=5) "
-            "+ c.strawberry_tasks('spelled', n=10, seed=5); "
+    code = ("import hashlib, json; from llmkit.course import conversations as c, preferences as p, strawberry as s; "
+            "items = c.make_conversations(60, split='heldout', seed=5) + p.make_preferences(20, seed=5) "
+            "+ s.strawberry_tasks('spelled', n=10, seed=5); "
             "print(hashlib.sha256(json.dumps([repr(i) for i in items]).encode()).hexdigest())")
     outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("1", "2")}
-    here = conv.make_conversations(60, split="heldout", seed=5) + conv.make_preferences(20, seed=5) \
-        + conv.strawberry_tasks("spelled", n=10, seed=5)
+    here = conv.make_conversations(60, split="heldout", seed=5) + prefs.make_preferences(20, seed=5) \
+        + straw.strawberry_tasks("spelled", n=10, seed=5)
     assert outputs == {fingerprint(here)}
 
 
@@ -62,12 +65,12 @@ def test_seeds_and_kinds_change_the_data():
 
 # ---------------------------------------------------------------------------------------------- held-out values
 def test_train_and_heldout_values_are_disjoint(sample):
-    assert not set(conv.CITIES["train"]) & set(conv.CITIES["heldout"])
-    assert not set(conv.NAMES["train"]) & set(conv.NAMES["heldout"])
-    assert not set(conv.words("train")) & set(conv.words("heldout"))
-    assert not set(conv.numbers("train")) & set(conv.numbers("heldout"))
-    assert "ungarbarrylirryburirira" in conv.words("heldout")
-    used = {split: {"city": set(), "name": set(), "word": set(), "number": set()} for split in conv.SPLITS}
+    assert not set(data.CITIES["train"]) & set(data.CITIES["heldout"])
+    assert not set(data.NAMES["train"]) & set(data.NAMES["heldout"])
+    assert not set(data.words("train")) & set(data.words("heldout"))
+    assert not set(data.numbers("train")) & set(data.numbers("heldout"))
+    assert "ungarbarrylirryburirira" in data.words("heldout")
+    used = {split: {"city": set(), "name": set(), "word": set(), "number": set()} for split in data.SPLITS}
     for c in sample + strawberry_sets():
         facts = c.expected.facts
         for key in ("city", "name", "word"):
@@ -77,7 +80,7 @@ def test_train_and_heldout_values_are_disjoint(sample):
     for key, values in used["train"].items():
         assert values, key
         assert not values & used["heldout"][key], key
-    assert used["heldout"]["city"] <= set(conv.CITIES["heldout"])
+    assert used["heldout"]["city"] <= set(data.CITIES["heldout"])
 
 
 # ---------------------------------------------------------------------------------------------- budget
@@ -93,19 +96,19 @@ def test_every_conversation_fits_the_context(tok, sample):
 def test_every_weather_conversation_fits(tok):
     """Weather is the tightest kind (its tool result is ~77 tokens): check every combination."""
     longest = 0
-    for split in conv.SPLITS:
-        for city in conv.CITIES[split]:
+    for split in data.SPLITS:
+        for city in data.CITIES[split]:
             for day in ("today", "tomorrow"):
-                for question in conv.WEATHER_QUESTIONS:
-                    for thinking in conv.WEATHER_THINKING:
+                for question in data.WEATHER_QUESTIONS:
+                    for thinking in data.WEATHER_THINKING:
                         c = conv.weather_conversation(city, day, question=question, thinking=thinking, split=split)
                         longest = max(longest, len(c.render(tok)))
     assert longest <= CONTEXT
 
 
 def test_preferences_fit_the_context(tok):
-    for split in conv.SPLITS:
-        for pair in conv.make_preferences(100, split=split, seed=2):
+    for split in data.SPLITS:
+        for pair in prefs.make_preferences(100, split=split, seed=2):
             ids = pair.render(tok)
             assert len(ids["prompt"]) + max(len(ids["chosen"]), len(ids["rejected"])) <= CONTEXT
 
@@ -143,7 +146,7 @@ def test_tool_calls_are_valid_and_answers_use_the_results(sample):
             assert not re.search(r"\d", answer) and "can't know" in answer
         if c.kind == "weather":
             chance = c.expected.facts["forecast"]["chance_of_rain_percent"]
-            assert c.expected.facts["umbrella"] == (chance >= conv.UMBRELLA_FROM_PERCENT)
+            assert c.expected.facts["umbrella"] == (chance >= data.UMBRELLA_FROM_PERCENT)
             if "umbrella" in answer:
                 assert answer.startswith("Yes, take an umbrella") == c.expected.facts["umbrella"]
         seen.add(c.kind)
@@ -208,8 +211,8 @@ def test_render_then_parse_recovers_the_blocks(tok, sample):
 
 # ---------------------------------------------------------------------------------------------- DPO
 def test_preferences_prefer_tools_and_honesty(tok):
-    pairs = conv.make_preferences(50, split="heldout", seed=1)
-    assert {p.kind for p in pairs} == set(conv.PREFERENCE_KINDS)
+    pairs = prefs.make_preferences(50, split="heldout", seed=1)
+    assert {p.kind for p in pairs} == set(prefs.PREFERENCE_KINDS)
     for p in pairs:
         assert p.chosen != p.rejected
         assert p.prompt[-1]["role"] == "user"
@@ -224,15 +227,15 @@ def test_preferences_prefer_tools_and_honesty(tok):
         ids = p.render(tok)
         assert ids["chosen"] != ids["rejected"] and ids["chosen"][0] != tok.special_tokens["<|assistant|>"]
     with pytest.raises(ValueError, match="direct"):
-        conv.make_preferences(2, kinds=["direct"])
+        prefs.make_preferences(2, kinds=["direct"])
 
 
 # ---------------------------------------------------------------------------------------------- strawberry
 def test_strawberry_formats_share_their_items():
-    sets = {fmt: conv.strawberry_tasks(fmt, split="heldout", seed=4) for fmt in conv.STRAWBERRY_FORMATS}
+    sets = {fmt: straw.strawberry_tasks(fmt, split="heldout", seed=4) for fmt in straw.STRAWBERRY_FORMATS}
     items = {fmt: [(c.expected.facts["word"], c.expected.facts["letter"]) for c in cs] for fmt, cs in sets.items()}
     assert items["direct"] == items["spelled"] == items["tool"] == items["spell"]
-    assert [w for w, _ in items["direct"]] == conv.words("heldout")
+    assert [w for w, _ in items["direct"]] == data.words("heldout")
     for c in sets["spelled"]:
         facts = c.expected.facts
         thinking = c.messages[1]["content"][0]["thinking"]
@@ -249,9 +252,9 @@ def test_strawberry_formats_share_their_items():
 
 
 def test_spelled_count_of_strawberry():
-    assert conv.spelled_count("strawberry", "r") == "s t r(1) a w b e r(2) r(3) y"
-    assert conv.strawberry_tasks("direct", split="train", n=7, seed=0) == \
-           conv.strawberry_tasks("direct", split="train", n=7, seed=0)
+    assert straw.spelled_count("strawberry", "r") == "s t r(1) a w b e r(2) r(3) y"
+    assert straw.strawberry_tasks("direct", split="train", n=7, seed=0) == \
+           straw.strawberry_tasks("direct", split="train", n=7, seed=0)
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -263,6 +266,6 @@ def test_clear_errors():
     with pytest.raises(ValueError, match="n must be"):
         conv.make_conversations(-1)
     with pytest.raises(ValueError, match="fmt"):
-        conv.strawberry_tasks("guess")
+        straw.strawberry_tasks("guess")
     with pytest.raises(ValueError, match="WEATHER_QUESTIONS"):
         conv.weather_conversation("Pune", question="Rain?")

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from llmkit.course import conversations as conv
+from llmkit.course import conversation_data as data
+from llmkit.course import preferences as prefs
 from llmkit import cli
 from llmkit.course import react
 from llmkit.chat.template import MARKERS
@@ -192,13 +194,13 @@ def test_observations_and_instructions():
 
 
 # ---------------------------------------------------------------------------------------------- the react kind
-def heldout_react() -> list[conv.Conversation]:
+def heldout_react() -> list[data.Conversation]:
     """Every held-out weather question (the longest kind), every held-out word, and a seeded sample."""
     weather = [conv.as_react(conv.weather_conversation(city, day, question=q, thinking=t, split="heldout"))
-               for city in conv.CITIES["heldout"] for day in ("today", "tomorrow")
-               for q in conv.REACT_WEATHER_QUESTIONS for t in conv.WEATHER_THINKING]
+               for city in data.CITIES["heldout"] for day in ("today", "tomorrow")
+               for q in conv.REACT_WEATHER_QUESTIONS for t in data.WEATHER_THINKING]
     letters = [conv.as_react(conv.letters_conversation(random.Random(i), "heldout", word=word))
-               for i, word in enumerate(conv.words("heldout"))]
+               for i, word in enumerate(data.words("heldout"))]
     return weather + letters + conv.make_conversations(300, split="heldout", seed=0, kinds=["react"])
 
 
@@ -232,22 +234,22 @@ def test_react_conversations_are_the_tool_tasks_in_text():
 
 
 def test_react_respects_the_split():
-    for split in conv.SPLITS:
+    for split in data.SPLITS:
         for c in conv.make_conversations(200, split=split, seed=2, kinds=["react"]):
             facts = c.expected.facts
             assert c.split == split
             if "city" in facts:
-                assert facts["city"] in conv.CITIES[split]
+                assert facts["city"] in data.CITIES[split]
             if "word" in facts:
-                assert facts["word"] in conv.words(split)
-            assert set(facts.get("operands", [])) <= set(conv.numbers(split))
+                assert facts["word"] in data.words(split)
+            assert set(facts.get("operands", [])) <= set(data.numbers(split))
 
 
 def test_react_is_asked_for_never_a_default():
     assert "react" not in conv.KINDS and "react" not in EVAL_KINDS
     assert "react" not in {c.kind for c in conv.make_conversations(60)}
     with pytest.raises(ValueError, match="not DPO"):
-        conv.make_preferences(2, kinds=["react"])
+        prefs.make_preferences(2, kinds=["react"])
     with pytest.raises(ValueError, match="react"):  # the error lists every kind that can be asked for
         conv.make_conversations(2, kinds=["reakt"])
     with pytest.raises(ValueError, match="only"):
@@ -266,7 +268,7 @@ def test_the_loss_mask_covers_thought_action_and_answer_only(tokenizer):
 
 def test_fresh_entities_keep_react_text_and_real_results():
     rng = random.Random(0)
-    heldout = set(conv.CITIES["heldout"]) | set(conv.words("heldout"))
+    heldout = set(data.CITIES["heldout"]) | set(data.words("heldout"))
     changed = {"weather": 0, "letters": 0}
     for c in conv.make_conversations(60, split="train", seed=5, kinds=["react"]):
         fresh = with_fresh_entity(c, rng)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from llmkit.course import conversations as conv
+from llmkit.course import conversation_data as data
 from llmkit.chat.template import render, server_result_ids
 from llmkit.chat.client import MAX_SERVER_CALLS, SERVER_LIMIT_ERROR, Client
 from llmkit.model.transformer import ModelConfig
@@ -253,7 +254,7 @@ def test_malformed_server_blocks_are_clear_errors(tokenizer, content, message):
 # ---------------------------------------------------------------------------------------------- the "search" kind
 def search_conversations():
     every_heldout = [conv.search_conversation(q, query, doc, thinking=max(conv.SEARCH_THINKING, key=len),
-                                              system=max(conv.SYSTEM_PROMPTS, key=lambda s: len(s or "")),
+                                              system=max(data.SYSTEM_PROMPTS, key=lambda s: len(s or "")),
                                               split="heldout")
                      for q, query, doc in conv.search_questions("heldout")]
     return every_heldout + conv.make_conversations(500, split="train", seed=0, kinds=["search"])
@@ -265,7 +266,7 @@ def test_search_conversations_fit_the_context(tokenizer):
     # and the worst case of every train question too: longest system prompt and thinking
     for question, query, doc in conv.search_questions("train"):
         c = conv.search_conversation(question, query, doc, thinking=max(conv.SEARCH_THINKING, key=len),
-                                     system=max(conv.SYSTEM_PROMPTS, key=lambda s: len(s or "")))
+                                     system=max(data.SYSTEM_PROMPTS, key=lambda s: len(s or "")))
         assert len(c.render(tokenizer)) <= CONTEXT, question
 
 
@@ -284,11 +285,11 @@ def test_search_conversations_copy_the_query_and_answer_from_the_top_hit():
 
 
 def test_search_splits_use_disjoint_documents():
-    questions = {split: conv.search_questions(split) for split in conv.SPLITS}
-    documents = {split: {doc for _, _, doc in questions[split]} for split in conv.SPLITS}
+    questions = {split: conv.search_questions(split) for split in data.SPLITS}
+    documents = {split: {doc for _, _, doc in questions[split]} for split in data.SPLITS}
     assert not documents["train"] & documents["heldout"]
-    assert set(conv.SEARCH_CITIES["heldout"]) <= set(conv.CITIES["heldout"])
-    assert not set(conv.SEARCH_CITIES["train"]) & set(conv.CITIES["heldout"])
+    assert set(conv.SEARCH_CITIES["heldout"]) <= set(data.CITIES["heldout"])
+    assert not set(conv.SEARCH_CITIES["train"]) & set(data.CITIES["heldout"])
     heldout_titles = {conv.course_index().document(doc).title for doc in documents["heldout"]}
     for question, query, doc in questions["train"]:  # a held-out note is never read in training, even as a 2nd hit
         c = conv.search_conversation(question, query, doc)

@@ -14,7 +14,8 @@ import torch  # noqa: E402
 
 from llmkit.chat.client import ContextWindowError  # noqa: E402
 from llmkit.chat.template import render  # noqa: E402
-from llmkit.course.conversations import KINDS, make_conversations, make_preferences  # noqa: E402
+from llmkit.course.conversations import KINDS, make_conversations  # noqa: E402
+from llmkit.course.preferences import make_preferences  # noqa: E402
 from llmkit.training.dpo import dpo_loss  # noqa: E402
 from llmkit.model.transformer import ModelConfig  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402

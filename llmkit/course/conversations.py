@@ -23,226 +23,29 @@ Every tool result is computed by the real tool (``llmkit.chat.tools.run_tool_cal
 always agrees with what the harness would send. Umbrella rule: take one when the chance of rain
 is 50% or more.
 
-Held-out values: cities and names come from disjoint lists; words and numbers are assigned to a
-split by a SHA-256 hash of their text (``split_of``), so the held-out evaluation asks about
-values the model never saw in training. Everything is drawn from ``random.Random`` seeded with a
+The values (held-out cities, names, words and numbers) and the ``Conversation`` type are in
+``llmkit.course.conversation_data``. Everything is drawn from ``random.Random`` seeded with a
 string, never from ``hash()`` or set order, so the same seed gives the same data in every process.
-
-Also here: preference pairs for DPO (``make_preferences``), the strawberry experiment's task
-sets (``strawberry_tasks``), and ``weather_conversation()``, the Pune example on its own.
+Built on these: preference pairs for DPO (``llmkit.course.preferences``) and the strawberry
+experiment's task sets (``llmkit.course.strawberry``). ``weather_conversation()`` is the Pune
+example on its own.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import random
-from dataclasses import dataclass, field
 
-from llmkit.chat.template import Rendered, render
-from llmkit.course.react import OBSERVATION, format_answer, format_observation, format_step, react_instructions
-from llmkit.course.search import course_index
 from llmkit.chat.tools import run_tool_call
-from llmkit.course.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, web_search
+from llmkit.course.conversation_data import (ARITHMETIC_QUESTIONS, ARITHMETIC_THINKING, CITIES, DIRECT, EXPRESSIONS,
+                                             INTRODUCTIONS, LETTER_QUESTIONS, LETTER_THINKING, NAME_QUESTIONS, NAMES,
+                                             SYSTEM_PROMPTS, UMBRELLA_FROM_PERCENT, WEATHER_QUESTIONS, WEATHER_THINKING,
+                                             Conversation, Expected, call_and_result, check_split, numbers, offer,
+                                             words)
+from llmkit.course.react import format_answer, format_observation, format_step, react_instructions
+from llmkit.course.search import course_index
+from llmkit.course.tools import calculator, count_letters, get_weather, web_search
 
-SPLITS = ("train", "heldout")
 KINDS = ("weather", "letters", "arithmetic", "memory", "direct", "no_tool")
-UMBRELLA_FROM_PERCENT = 50  # take an umbrella when the chance of rain is at least this
-
-# Short names only: each costs a few tokens three times over (question, call, result).
-CITIES = {
-    "train": ["Pune", "Paris", "Rome", "London", "Delhi", "Cairo", "Lima", "Lagos", "Seoul", "Kyiv", "Riga",
-              "Bern", "Accra", "Milan", "Lyon", "Porto", "Perth", "Boston", "Denver", "Austin", "Naples",
-              "Venice", "Prague", "Nice", "York", "Goa"],
-    "heldout": ["Warsaw", "Turin", "Tunis", "Sofia", "Rabat", "Minsk", "Leeds", "Lille", "Kabul", "Kandy",
-                "Ghent", "Giza", "Doha", "Baku", "Bath", "Cork", "Bari", "Pisa", "Oxford", "Dover"],
-}
-NAMES = {
-    "train": ["Ada", "Alan", "Grace", "Linus", "Ravi", "Omar", "Lena", "Maya", "Noor", "Tom", "Ines", "Leo",
-              "Sam", "Kate", "Jack", "Lucy", "Paul", "Rita", "Tara", "Ben", "Sara", "Ali", "Raj", "Juliet"],
-    "heldout": ["Ivy", "Dev", "Mira", "Felix", "Anya", "Kofi", "Rosa", "Sami", "Nina", "Theo", "Eva", "Finn",
-                "Hana", "Kai", "Zoe", "Viola"],
-}
-REAL_WORDS = {
-    "train": ["strawberry", "banana", "raspberry", "blueberry", "cherry", "apple", "lemon", "orange", "pepper",
-              "mississippi", "bookkeeper", "committee", "balloon", "coffee", "butterfly", "parallel",
-              "assessment", "tomorrow", "umbrella", "letter", "bottle", "kitten", "rabbit", "carrot", "puzzle",
-              "success", "address", "grammar"],
-    "heldout": ["cranberry", "gooseberry", "elderberry", "broccoli", "tennessee", "accommodate", "occurrence",
-                "possession", "hippopotamus", "programmer", "embarrass", "millennium", "necessary", "giraffe",
-                "spaghetti", "ungarbarrylirryburirira"],
-}
-SYLLABLES = ["ba", "bar", "bu", "da", "ga", "gar", "ke", "li", "lir", "lo", "ma", "mu", "ni", "pe", "ra",
-             "ri", "ro", "ry", "se", "ta", "tu", "un", "we", "zo"]
-INVENTED_PER_SPLIT = {"train": 24, "heldout": 12}
-NUMBER_RANGE = range(2, 1000)
-SYSTEM_PROMPTS = [None, "You are a helpful assistant.", "You are a helpful assistant. Answer briefly."]
-
-WEATHER_QUESTIONS = {  # question -> answer style: umbrella advice, or a short report
-    "Will it rain in {city} {day}? Should I take an umbrella?": "umbrella",
-    "Do I need an umbrella in {city} {day}?": "umbrella",
-    "Is it going to rain in {city} {day}?": "umbrella",
-    "What's the weather in {city} {day}?": "report",
-    "What will the weather be like in {city} {day}?": "report",
-}
-WEATHER_THINKING = ["{Day}'s weather isn't in my training data.", "I can't know {day}'s weather; I'll check."]
-LETTER_THINKING = ["I see tokens, not letters: the tool counts exactly.", "Counting letters is a job for the tool."]
-ARITHMETIC_THINKING = ["Exact arithmetic is a job for the calculator.",
-                       "I'd only guess the digits: use the calculator."]
-LETTER_QUESTIONS = ["How many {letter}'s are in {word}?", "How many times does {letter} appear in {word}?",
-                    "Count the letter {letter} in {word}."]
-ARITHMETIC_QUESTIONS = ["What is {expression}?", "Calculate {expression}.", "What's {expression}?"]
-EXPRESSIONS = ["{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}", "{a} * {b} + {c}", "({a} + {b}) * {c}"]
-INTRODUCTIONS = ["My name is {name}.", "Hi, I'm {name}.", "Hello! Call me {name}."]
-NAME_QUESTIONS = ["What's my name?", "Do you remember my name?", "What did I say my name was?"]
-DIRECT = {  # (question, answer, a word the answer must contain)
-    "train": [("Hello!", "Hello! How can I help?", "help"),
-              ("Hi there.", "Hi! What can I do for you?", "Hi"),
-              ("Who wrote Hamlet?", "William Shakespeare wrote Hamlet.", "Shakespeare"),
-              ("Who wrote Macbeth?", "William Shakespeare wrote Macbeth.", "Shakespeare"),
-              ("What is a token?", "A piece of text, often part of a word, that a model reads as one unit.", "text"),
-              ("Do you remember our last chat?", "No. I only see the messages sent in this conversation.", "No"),
-              ("Can you run code?", "No. I only write text; the harness runs tools for me.", "No"),
-              ("Thank you!", "You're welcome!", "welcome"),
-              ("What does a tokenizer do?", "It splits text into tokens and gives each token an id.", "tokens")],
-    "heldout": [("Good morning!", "Good morning! How can I help?", "help"),
-                ("Who wrote Othello?", "William Shakespeare wrote Othello.", "Shakespeare"),
-                ("Who wrote King Lear?", "William Shakespeare wrote King Lear.", "Shakespeare"),
-                ("What is a language model?", "A program that predicts the next token of a text.", "token"),
-                ("Thanks a lot.", "You're welcome!", "welcome"),
-                ("Do you learn from our chats?", "No. My weights don't change while we talk.", "No")],
-}
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What a correct assistant does, for the evaluator.
-
-    ``tool``/``tool_input``: the call it should make first (``None``: answer without a tool).
-    ``answer_values``: strings its final answer must contain (numbers exactly as the tool
-    returned them, a name). ``no_invention``: the answer must contain no digit at all, because
-    nothing it was given holds the number. ``facts``: the values behind it (city, the tool's
-    result, umbrella yes/no, ...).
-    """
-
-    tool: str | None = None
-    tool_input: dict | None = None
-    answer_values: tuple[str, ...] = ()
-    no_invention: bool = False
-    facts: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """One synthetic conversation: Messages-API ``messages`` (ending with the assistant's final
-    answer), the tool definitions offered, the system prompt, its kind and split, and what a
-    correct assistant does (``expected``)."""
-
-    kind: str
-    split: str
-    messages: list[dict]
-    tools: list[dict] | None
-    system: str | None
-    expected: Expected
-
-    @property
-    def prompt(self) -> list[dict]:
-        """The messages an evaluation starts from: everything up to the last question the user
-        typed (the model must then write the rest: call tools, answer)."""
-        typed = [i for i, m in enumerate(self.messages) if m["role"] == "user" and _has_text(m)
-                 and not (self.kind == "react" and m["content"].startswith(OBSERVATION))]  # the harness wrote that
-        last_question = max(typed)
-        return self.messages[: last_question + 1]
-
-    def render(self, tokenizer) -> Rendered:
-        """The whole conversation as training ids and loss mask."""
-        return render(tokenizer, self.messages, tools=self.tools, system=self.system, add_generation_prompt=False)
-
-
-@dataclass(frozen=True)
-class Preference:
-    """A DPO example: after ``prompt`` (with ``tools`` and ``system``), the ``chosen`` assistant
-    message is preferred to the ``rejected`` one."""
-
-    kind: str
-    split: str
-    prompt: list[dict]
-    tools: list[dict] | None
-    system: str | None
-    chosen: dict
-    rejected: dict
-
-    def render(self, tokenizer) -> dict[str, list[int]]:
-        """Ids of the prompt (ending in ``<|assistant|>``) and of each answer that follows it."""
-        prompt = render(tokenizer, self.prompt, tools=self.tools, system=self.system).ids
-        out = {"prompt": prompt}
-        for name, answer in (("chosen", self.chosen), ("rejected", self.rejected)):
-            full = render(tokenizer, self.prompt + [answer], tools=self.tools, system=self.system,
-                          add_generation_prompt=False).ids
-            assert full[: len(prompt)] == prompt, "the template must keep a prompt's ids as a prefix"
-            out[name] = full[len(prompt):]
-        return out
-
-
-# ---------------------------------------------------------------------------------------------- values
-def split_of(value: str) -> str:
-    """The split a word or number belongs to, from a SHA-256 hash of its text (about 1 in 4 held out)."""
-    return "heldout" if hashlib.sha256(f"llmkit-split|{value}".encode()).digest()[0] < 64 else "train"
-
-
-def numbers(split: str) -> list[int]:
-    """The operands arithmetic questions of ``split`` draw from (disjoint between splits)."""
-    return [k for k in NUMBER_RANGE if split_of(str(k)) == _check_split(split)]
-
-
-def words(split: str) -> list[str]:
-    """Words for letter counting: real words plus invented ones that no model can have memorised
-    (the same list every time: it defines the split, it doesn't depend on a seed)."""
-    return list(_words(_check_split(split)))
-
-
-@functools.cache
-def _words(split: str) -> tuple[str, ...]:
-    fixed = REAL_WORDS[split]
-    every_fixed = {w for ws in REAL_WORDS.values() for w in ws}
-    rng = random.Random(f"llmkit-invented-words|{split}")
-    invented: list[str] = []
-    while len(invented) < INVENTED_PER_SPLIT[split]:
-        word = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(4, 8)))
-        if split_of(word) == split and word not in every_fixed and word not in invented:
-            invented.append(word)
-    return tuple(fixed + invented)
-
-
-def _check_split(split: str) -> str:
-    if split not in SPLITS:
-        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-    return split
-
-
-def _has_text(message: dict) -> bool:
-    content = message["content"]
-    return isinstance(content, str) or any(block.get("type") == "text" for block in content)
-
-
-# ---------------------------------------------------------------------------------------------- builders
-def _offer(rng: random.Random, needed, *, others: bool = True) -> list[dict]:
-    """The needed tool plus, at random, some of the other example tools (in their usual order), so
-    the model learns to pick the right one. get_weather comes only with weather questions, alone:
-    its result is long, and with more tools the conversation would not fit 256 tokens."""
-    chosen = [t for t in EXAMPLE_TOOLS if t is needed or (others and t is not get_weather and rng.random() < 0.5)]
-    return [t.definition() for t in chosen]
-
-
-def _call_and_result(thinking: str, tool, tool_input: dict, call_id: str = "toolu_0") -> tuple[list[dict], str]:
-    """The assistant's thinking + tool call, and the user message carrying the real tool's result."""
-    result = run_tool_call(EXAMPLE_TOOLS, tool.name, tool_input, tool_use_id=call_id)
-    if result["is_error"]:
-        raise AssertionError(f"the example call {tool.name}({tool_input}) failed: {result['content']}")
-    call = {"role": "assistant", "content": [
-        {"type": "thinking", "thinking": thinking},
-        {"type": "tool_use", "id": call_id, "name": tool.name, "input": tool_input}]}
-    return [call, {"role": "user", "content": [result]}], result["content"]
 
 
 def _weather(rng: random.Random, split: str, questions=tuple(WEATHER_QUESTIONS)) -> Conversation:
@@ -252,15 +55,17 @@ def _weather(rng: random.Random, split: str, questions=tuple(WEATHER_QUESTIONS))
 
 def weather_conversation(city: str = "Pune", day: str = "tomorrow", *,
                          question: str = "Will it rain in {city} {day}? Should I take an umbrella?",
-                         thinking: str = WEATHER_THINKING[0], split: str | None = None) -> Conversation:
+                         thinking: str | None = WEATHER_THINKING[0], split: str | None = None) -> Conversation:
     """The weather conversation for one city and day (``question`` is a key of ``WEATHER_QUESTIONS``;
     ``{city}``, ``{day}`` and ``{Day}`` are filled in): think, call get_weather, answer from its result.
+    ``thinking=None`` leaves the thinking block out (about a dozen tokens a full context can use).
     ``split`` defaults to the split whose city list holds ``city`` ("train" for any other city)."""
     split = split or ("heldout" if city in CITIES["heldout"] else "train")
     if question not in WEATHER_QUESTIONS:
         raise ValueError(f"question must be one of the WEATHER_QUESTIONS templates, got {question!r}")
     tool_input = {"city": city, "day": day}
-    turns, content = _call_and_result(thinking.format(day=day, Day=day.capitalize()), get_weather, tool_input)
+    thought = None if thinking is None else thinking.format(day=day, Day=day.capitalize())
+    turns, content = call_and_result(thought, get_weather, tool_input)
     forecast = json.loads(content)
     chance, high = forecast["chance_of_rain_percent"], forecast["high_c"]
     umbrella = chance >= UMBRELLA_FROM_PERCENT
@@ -278,7 +83,7 @@ def weather_conversation(city: str = "Pune", day: str = "tomorrow", *,
                         Expected("get_weather", tool_input, values, facts=facts))
 
 
-def _count_answer(word: str, letter: str, count: int) -> str:
+def count_answer(word: str, letter: str, count: int) -> str:
     letters = letter if count == 1 else f"{letter}'s"
     return f"{word} has {count} {letters}."
 
@@ -302,11 +107,11 @@ def letters_conversation(rng: random.Random, split: str, word: str | None = None
     letter = letter or pick_letter(rng, word)
     tool_input = {"word": word, "letter": letter}
     thinking = rng.choice(LETTER_THINKING)
-    turns, content = _call_and_result(thinking, count_letters, tool_input)
+    turns, content = call_and_result(thinking, count_letters, tool_input)
     count = int(content)
     messages = [{"role": "user", "content": rng.choice(LETTER_QUESTIONS).format(letter=letter, word=word)}, *turns,
-                {"role": "assistant", "content": _count_answer(word, letter, count)}]
-    return Conversation("letters", split, messages, _offer(rng, count_letters, others=offer_others),
+                {"role": "assistant", "content": count_answer(word, letter, count)}]
+    return Conversation("letters", split, messages, offer(rng, count_letters, others=offer_others),
                         rng.choice(SYSTEM_PROMPTS),
                         Expected("count_letters", tool_input, (str(count),), facts={"word": word, "letter": letter,
                                                                                     "count": count}))
@@ -319,10 +124,10 @@ def _arithmetic(rng: random.Random, split: str) -> Conversation:
     expression = template.format(**operands)
     used = [operands[k] for k in "abc" if "{" + k + "}" in template]
     thinking = rng.choice(ARITHMETIC_THINKING)
-    turns, content = _call_and_result(thinking, calculator, {"expression": expression})
+    turns, content = call_and_result(thinking, calculator, {"expression": expression})
     messages = [{"role": "user", "content": rng.choice(ARITHMETIC_QUESTIONS).format(expression=expression)}, *turns,
                 {"role": "assistant", "content": f"The result is {content}."}]
-    return Conversation("arithmetic", split, messages, _offer(rng, calculator), rng.choice(SYSTEM_PROMPTS),
+    return Conversation("arithmetic", split, messages, offer(rng, calculator), rng.choice(SYSTEM_PROMPTS),
                         Expected("calculator", {"expression": expression}, (content,),
                                  facts={"operands": used, "result": json.loads(content)}))
 
@@ -336,7 +141,7 @@ def _memory(rng: random.Random, split: str) -> Conversation:
         messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
     messages += [{"role": "user", "content": rng.choice(NAME_QUESTIONS)},
                  {"role": "assistant", "content": f"Your name is {name}."}]
-    tools = _offer(rng, None) or None
+    tools = offer(rng, None) or None
     return Conversation("memory", split, messages, tools, rng.choice(SYSTEM_PROMPTS),
                         Expected(None, None, (name,), facts={"name": name}))
 
@@ -355,14 +160,14 @@ def repeat_conversation(rng: random.Random, split: str, items: list[str] | None 
     text = " ".join(items)
     messages = [{"role": "user", "content": rng.choice(REPEAT_REQUESTS).format(text=text)},
                 {"role": "assistant", "content": text}]
-    return Conversation("repeat", split, messages, _offer(rng, None) or None, rng.choice(SYSTEM_PROMPTS),
+    return Conversation("repeat", split, messages, offer(rng, None) or None, rng.choice(SYSTEM_PROMPTS),
                         Expected(None, None, (text,), facts={"items": items}))
 
 
 def _direct(rng: random.Random, split: str) -> Conversation:
     question, answer, keyword = rng.choice(DIRECT[split])
     messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
-    return Conversation("direct", split, messages, _offer(rng, None) or None, rng.choice(SYSTEM_PROMPTS),
+    return Conversation("direct", split, messages, offer(rng, None) or None, rng.choice(SYSTEM_PROMPTS),
                         Expected(None, None, (keyword,)))
 
 
@@ -429,12 +234,12 @@ def make_conversations(n: int, *, split: str = "train", seed: int = 0, kinds=Non
 
     The turns start at the first kind: with ``n`` smaller than ``len(kinds)``, the last kinds do
     not appear (``llmkit.training.finetune`` rotates the list per step for that reason)."""
-    kinds = _check_kinds(kinds)
-    rng = random.Random(f"llmkit-conversations|{_check_split(split)}|{seed}")
-    return [BUILDERS[kinds[i % len(kinds)]](rng, split) for i in range(_check_count(n))]
+    kinds = check_kinds(kinds)
+    rng = random.Random(f"llmkit-conversations|{check_split(split)}|{seed}")
+    return [BUILDERS[kinds[i % len(kinds)]](rng, split) for i in range(check_count(n))]
 
 
-def _check_kinds(kinds) -> list[str]:
+def check_kinds(kinds) -> list[str]:
     kinds = list(KINDS if kinds is None else [kinds] if isinstance(kinds, str) else kinds)
     unknown = [k for k in kinds if k not in BUILDERS]
     if unknown or not kinds:
@@ -442,7 +247,7 @@ def _check_kinds(kinds) -> list[str]:
     return kinds
 
 
-def _check_count(n: int) -> int:
+def check_count(n: int) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be a whole number of conversations (0 or more), got {n!r}")
     return n
@@ -503,7 +308,7 @@ def search_questions(split: str) -> list[tuple[str, str, str]]:
     """Every ``(question, query, document)`` the search kind asks in ``split`` (documents are disjoint
     between the splits, so held-out questions are about notes the model never answered from)."""
     city_questions = [(question.format(city=city), query.format(city=city), f"{city.lower()}.md")
-                      for city in SEARCH_CITIES[_check_split(split)] for question, query in SEARCH_CITY_QUESTIONS.items()]
+                      for city in SEARCH_CITIES[check_split(split)] for question, query in SEARCH_CITY_QUESTIONS.items()]
     return city_questions + list(SEARCH_QUESTIONS[split])
 
 
@@ -540,99 +345,3 @@ def _search(rng: random.Random, split: str) -> Conversation:
 
 
 BUILDERS["search"] = _search  # not in KINDS (nor in the evals): a fine-tuning config asks for it in `kinds`
-
-
-# ---------------------------------------------------------------------------------------------- DPO
-PREFERENCE_KINDS = ("weather", "no_tool", "letters", "arithmetic", "memory")
-
-
-def _rejected(rng: random.Random, conversation: Conversation) -> dict:
-    """An answer written without the tool (or without the history): a guessed, usually wrong value."""
-    facts, kind = conversation.expected.facts, conversation.kind
-    if kind in ("weather", "no_tool") and "city" in facts:
-        text = f"Yes, take an umbrella: {rng.randint(55, 95)}% chance of rain."
-    elif kind == "no_tool":
-        text = f"It is {rng.randint(1, 12)}:{rng.randint(10, 59)}."
-    elif kind == "letters":
-        wrong = max(0, facts["count"] + rng.choice([-1, 1])) if facts["count"] else 1
-        text = _count_answer(facts["word"], facts["letter"], wrong)
-    elif kind == "arithmetic":
-        expression = conversation.expected.tool_input["expression"]
-        text = f"{expression} = {round(facts['result']) + rng.choice([-10, -1, 1, 10])}."
-    else:
-        other = rng.choice([name for name in NAMES[conversation.split] if name != facts["name"]])
-        text = f"Your name is {other}."
-    return {"role": "assistant", "content": text}
-
-
-def make_preferences(n: int, *, split: str = "train", seed: int = 0, kinds=None) -> list[Preference]:
-    """``n`` DPO pairs: chosen = use the tool, say "I can't know" without one, or use the history;
-    rejected = answer at once with an invented number (or name)."""
-    kinds = _check_kinds(PREFERENCE_KINDS if kinds is None else kinds)
-    if "direct" in kinds:
-        raise ValueError("'direct' conversations have no natural rejected answer; leave it out of kinds")
-    if "react" in kinds:
-        raise ValueError("'react' conversations are for SFT and the ReAct parse-failure measurement, not DPO; "
-                         "leave it out of kinds")
-    rng = random.Random(f"llmkit-preferences|{_check_split(split)}|{seed}")
-    pairs = []
-    for i in range(_check_count(n)):
-        conversation = BUILDERS[kinds[i % len(kinds)]](rng, split)
-        prompt = conversation.prompt
-        pairs.append(Preference(conversation.kind, split, prompt, conversation.tools, conversation.system,
-                                chosen=conversation.messages[len(prompt)], rejected=_rejected(rng, conversation)))
-    return pairs
-
-
-# ---------------------------------------------------------------------------------------------- strawberry
-STRAWBERRY_FORMATS = ("direct", "spelled", "tool", "spell")
-
-
-def spelled_count(word: str, letter: str) -> str:
-    """The word letter by letter with a running count after each match: ``s t r(1) a w b e r(2) r(3) y``."""
-    count, parts = 0, []
-    for character in word:
-        if character.casefold() == letter.casefold():
-            count += 1
-            parts.append(f"{character}({count})")
-        else:
-            parts.append(character)
-    return " ".join(parts)
-
-
-def strawberry_tasks(fmt: str, *, split: str = "heldout", seed: int = 0, n: int | None = None) -> list[Conversation]:
-    """The strawberry experiment: count a letter in a word, in one of four formats.
-
-    ``direct``: answer with the count at once. ``spelled``: spell the word with a running count
-    in a thinking block, then answer. ``tool``: call ``count_letters``. ``spell``: the probe
-    "Spell strawberry." -> "s t r a w b e r r y" (spelling alone, no counting).
-    The same seed gives the same (word, letter) items in every format, so formats compare fairly.
-    ``n=None`` asks about every word of the split once.
-    """
-    if fmt not in STRAWBERRY_FORMATS:
-        raise ValueError(f"fmt must be one of {STRAWBERRY_FORMATS}, got {fmt!r}")
-    pool = words(_check_split(split))
-    rng = random.Random(f"llmkit-strawberry|{split}|{seed}")
-    chosen = pool if n is None else [rng.choice(pool) for _ in range(_check_count(n))]
-    items = [(word, pick_letter(rng, word)) for word in chosen]  # drawn the same way for every format
-    return [strawberry_task(fmt, split, word, letter, random.Random(f"llmkit-strawberry-item|{seed}|{i}"))
-            for i, (word, letter) in enumerate(items)]
-
-
-def strawberry_task(fmt: str, split: str, word: str, letter: str, rng: random.Random) -> Conversation:
-    """One strawberry-experiment item in format ``fmt`` (see ``strawberry_tasks``) about any word."""
-    if fmt == "tool":
-        convo = letters_conversation(rng, split, word, letter, offer_others=False)
-        return Conversation("strawberry_tool", split, convo.messages, convo.tools, None, convo.expected)
-    facts = {"word": word, "letter": letter, "count": count_letters(word, letter), "spelling": " ".join(word)}
-    if fmt == "spell":
-        messages = [{"role": "user", "content": f"Spell {word}."}, {"role": "assistant", "content": facts["spelling"]}]
-        return Conversation("strawberry_spell", split, messages, None, None,
-                            Expected(None, None, (facts["spelling"],), facts=facts))
-    question = LETTER_QUESTIONS[0].format(letter=letter, word=word)
-    answer = _count_answer(word, letter, facts["count"])
-    content = answer if fmt == "direct" else [{"type": "thinking", "thinking": spelled_count(word, letter)},
-                                              {"type": "text", "text": answer}]
-    messages = [{"role": "user", "content": question}, {"role": "assistant", "content": content}]
-    return Conversation(f"strawberry_{fmt}", split, messages, None, None,
-                        Expected(None, None, (str(facts["count"]),), facts=facts))

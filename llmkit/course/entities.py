@@ -11,9 +11,9 @@ import functools
 import random
 import re
 
-from llmkit.course.conversations import (CITIES, NAMES, SYLLABLES, WEATHER_QUESTIONS, WEATHER_THINKING, Conversation,
-                                         as_react, letters_conversation, repeat_conversation, weather_conversation,
-                                         words)
+from llmkit.course.conversation_data import (CITIES, NAMES, SYLLABLES, WEATHER_QUESTIONS, WEATHER_THINKING,
+                                             Conversation, words)
+from llmkit.course.conversations import as_react, letters_conversation, repeat_conversation, weather_conversation
 from llmkit.paths import data_path
 
 ONSETS = ["", "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "y", "z",

@@ -43,7 +43,8 @@ from llmkit.chat.template import render, stop_tokens
 from llmkit.chat.tools import Tool, ToolArgumentsError, tools_by_name, validate_arguments
 from llmkit.chat.trace import Trace
 from llmkit.checks import check_int
-from llmkit.course.conversations import UMBRELLA_FROM_PERCENT, Conversation, make_conversations
+from llmkit.course.conversation_data import UMBRELLA_FROM_PERCENT, Conversation
+from llmkit.course.conversations import make_conversations
 from llmkit.course.react import STOP_SEQUENCE, TEMPERATURES, ParseFailure, parse_action
 from llmkit.course.tools import EXAMPLE_TOOLS
 from llmkit.generation.generate import generate

@@ -21,7 +21,8 @@ import torch
 
 from llmkit.chat.client import Client
 from llmkit.chat.trace import Trace
-from llmkit.course.conversations import STRAWBERRY_FORMATS, Preference
+from llmkit.course.preferences import Preference
+from llmkit.course.strawberry import STRAWBERRY_FORMATS
 from llmkit.training.dpo import answer_logprobs, preference_batch
 from llmkit.model.transformer import Transformer
 from llmkit.paths import data_path
@@ -190,7 +191,7 @@ def pair_rewards(policy: Transformer, reference: Transformer, tokenizer, pairs: 
     with policy = reference every margin is exactly 0.
     """
     if not pairs:
-        raise ValueError("pairs is empty; pass some llmkit.course.conversations.make_preferences(...) pairs")
+        raise ValueError("pairs is empty; pass some llmkit.course.preferences.make_preferences(...) pairs")
     batch = preference_batch(pairs, tokenizer, policy.config.context_length).to(policy.device)
     scores = {}
     for name, model in (("policy", policy), ("reference", reference)):

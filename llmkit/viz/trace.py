@@ -205,7 +205,6 @@ def itemised_bill(rows: Sequence[RequestRow]) -> str:
     """The bill per request with the output split into thinking and the rest, then the totals in dollars."""
     if not rows:
         raise ValueError("rows is empty: pass request_rows(trace) of a trace with at least one request")
-    prices = rows[0].bill.prices
     header = f"{'request':<10}{'cache read':>11}{'input':>8}{'thinking':>10}{'other output':>14}{'dollars':>12}"
     lines = [header]
     for row in rows:
