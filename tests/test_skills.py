@@ -1,8 +1,9 @@
 """Skill conversations: every kind renders and ends its turn; splits are held out by construction;
 the scores judge hand-made transcripts right."""
 import copy
-import random
+import json
 import re
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -11,11 +12,10 @@ from hypothesis import strategies as st
 from llmkit.chat.template import marker_ids
 from llmkit.course.phrasing_pools import TRAIN
 from llmkit.course.skill_preferences import make_skill_preferences
-from llmkit.course.skill_scores import calls_in, fractions, repeats, score
+from llmkit.course.skill_scores import SCORES, calls_in, evaluate_skills, fractions, repeats, score
 from llmkit.course.skills import KINDS, SPLITS, make_skill, make_skills
 from llmkit.course.toolgen import TOOL_WORDS, pool_words
 from llmkit.course.values import value_split
-from llmkit.model.weights import load_model
 from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.paths import data_path
 
@@ -210,3 +210,49 @@ def test_preference_pairs_render_and_differ(tokenizer):
     for pair in pairs:
         ids = pair.render(tokenizer)
         assert ids["chosen"] != ids["rejected"]
+
+
+# ------------------------------------------------------------------------------------------ the driver
+class ReplayClient:
+    """Answers each request with the next assistant message of the matching conversation: a
+    perfect model, run through the real harness loop (run_agent runs the real tools)."""
+
+    def __init__(self, specs):
+        self.by_prompt = {json.dumps(s.prompt, sort_keys=True): s for s in specs}
+        self.messages = self
+
+    def create(self, *, messages, tools, **_):
+        for cut in range(len(messages), 0, -1):
+            spec = self.by_prompt.get(json.dumps(messages[:cut], sort_keys=True))
+            if spec is not None:
+                break
+        replies = [m for m in spec.messages[len(spec.prompt):] if m["role"] == "assistant"]
+        reply = replies[sum(m["role"] == "assistant" for m in messages[cut:])]
+        content = reply["content"] if isinstance(reply["content"], list) else [{"type": "text", "text": reply["content"]}]
+        stop = "tool_use" if content[-1]["type"] == "tool_use" else "end_turn"
+        return SimpleNamespace(content=content, stop_reason=stop)
+
+
+class SilentClient:
+    messages = property(lambda self: self)
+
+    def create(self, **_):
+        return SimpleNamespace(content=[{"type": "text", "text": "Hello."}], stop_reason="end_turn")
+
+
+def test_a_perfect_model_through_the_harness_scores_one_everywhere():
+    splits = ("seen", "unseen_phrasings_and_tools")
+    specs = [s for split in splits for kind in KINDS for s in make_skills(3, split=split, seed=0, kinds=[kind])]
+    report = evaluate_skills(ReplayClient(specs), per_kind=3, splits=splits, seed=0)
+    for split in splits:
+        assert all(report[split][name] == 1.0 for name in SCORES), report[split]
+        assert report[split]["n_right_tool"] == 3 * len(KINDS)
+
+
+def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
+    report = evaluate_skills(SilentClient(), per_kind=2, splits=("seen",), seed=1)["seen"]
+    no_call_kinds = {"missing", "memory", "chitchat"}
+    assert report["right_tool"] == pytest.approx(len(no_call_kinds) / len(KINDS), abs=1e-4)
+    assert report["args_exact"] == 0.0 and report["memory"] == 0.0 and report["answer_from_result"] == 0.0
+    assert report["no_invention"] == 1.0 and report["ends_turn"] == 1.0
+    assert report["kinds"]["chitchat"]["right_tool"] == 1.0
