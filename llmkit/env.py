@@ -78,24 +78,14 @@ def check_python() -> CheckResult:
                        "" if ok else "install Python 3.10 or newer, then `make PYTHON=python3.11 lab`")
 
 
-def best_device() -> str:
-    """The fastest device torch can use here: "cuda", "mps" (Apple GPU) or "cpu"."""
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return "mps"
-    return "cpu"
-
-
 def check_torch() -> CheckResult:
     try:
         import torch
     except ImportError:
         return CheckResult("torch", False, "not installed", SETUP_FIX)
-    return CheckResult("torch", True, f"{torch.__version__}, best device: {best_device()}")
+    from llmkit.devices import resolve_device  # imports torch, so only once torch is known to be there
+
+    return CheckResult("torch", True, f"{torch.__version__}, best device: {resolve_device('auto').type}")
 
 
 def check_pins() -> CheckResult:

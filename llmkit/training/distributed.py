@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as torch_dist
 
+from llmkit.devices import resolve_device
+
 
 @dataclass
 class Processes:
@@ -24,22 +26,6 @@ class Processes:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    """"auto" picks CUDA, then Apple's MPS, then the CPU."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} was asked for, but torch sees no CUDA GPU; use 'cpu' or 'auto'.")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise RuntimeError(f"device {name!r} was asked for, but MPS is not available here; use 'cpu' or 'auto'.")
-    return device
 
 
 def start_processes(device_name: str) -> Processes:

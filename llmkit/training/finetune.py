@@ -16,7 +16,8 @@ from llmkit.model.transformer import Transformer
 from llmkit.model.weights import TOKENIZER_FILE, load_model, model_folder
 from llmkit.training.checkpoint import TrainingLog
 from llmkit.training.config import FinetuneConfig
-from llmkit.training.distributed import Processes, resolve_device
+from llmkit.devices import resolve_device
+from llmkit.training.distributed import Processes
 from llmkit.training.dpo import DPOObjective, PairSource
 from llmkit.training.loop import make_optimizer
 from llmkit.training.run import Stage, run_stage
