@@ -65,6 +65,11 @@ def _probe(pattern: str, compiled: regex.Pattern) -> None:
             compiled.findall(probe, timeout=PROBE_SECONDS)
         except TimeoutError:
             raise ValueError(_slow_message(pattern, f"a {len(probe)}-character probe {probe!r}")) from None
+    if compiled.groups:
+        raise ValueError(
+            f"the pre-split pattern {pattern!r} has a capturing group, so splitting would keep only the "
+            f"group's text; write groups as non-capturing (?:...)"
+        )
     chunks = compiled.findall(COVERAGE_PROBE, timeout=PROBE_SECONDS)
     if "".join(chunks) != COVERAGE_PROBE:
         raise ValueError(_dropped_message(pattern, COVERAGE_PROBE, chunks))
