@@ -68,7 +68,7 @@ def logits_of(model, ids: torch.Tensor) -> torch.Tensor:
 def test_shipped_models_give_the_same_logits_in_transformers(exported, name):
     model, tokenizer, hf_model, _ = exported[name]
     start = HELDOUT.index("\n", 40_000)
-    ids = torch.tensor([tokenizer.encode(HELDOUT[start:start + 4000])[:model.config.context_length]] * 2)
+    ids = torch.tensor([tokenizer.encode(HELDOUT[start:start + 4000])[:model.config.context_length]])
     assert ids.shape[1] == model.config.context_length
     ours, theirs = logits_of(model, ids), logits_of(hf_model, ids)
     assert theirs.shape == ours.shape
@@ -203,12 +203,14 @@ def test_other_patterns_encode_the_same(pattern):
         assert theirs.encode(text).ids == tokenizer.encode(text, allowed_special="all")
 
 
-@pytest.mark.slow
-def test_cl100k_encodes_the_same_despite_gaps_between_its_special_ids():
-    tokenizer = Tokenizer.from_tiktoken("cl100k_base")
-    theirs = hf_tokenizer_of(tokenizer)
-    for text in [HELDOUT[:30_000], *HARD_TEXTS]:
-        assert theirs.encode(text).ids == tokenizer.encode(text, allowed_special="all")
+def test_gaps_between_special_ids_keep_their_ids():
+    """cl100k leaves ids unused between its special tokens; tokenizers would renumber them."""
+    base = Tokenizer.train(HELDOUT[:5000], 270)
+    gapped = Tokenizer(base.mergeable_ranks, pattern=base.pattern,
+                       special_tokens={"<|endoftext|>": 275, "<|fim_prefix|>": 280})
+    text = "to be<|endoftext|>or not<|fim_prefix|> 123"
+    assert hf_tokenizer_of(gapped).encode(text).ids == gapped.encode(text, allowed_special="all")
+    assert {275, 280} <= set(gapped.encode(text, allowed_special="all"))
 
 
 def test_a_tokenizer_with_repeated_tokens_is_refused():
@@ -228,7 +230,7 @@ def chat_ids(hf_tokenizer, messages, **kwargs) -> list[int]:
 
 
 def conversations() -> list:
-    return [c for kind in BUILDERS for c in make_conversations(12, kinds=[kind], seed=3)] + handmade()
+    return [c for kind in BUILDERS for c in make_conversations(8, kinds=[kind], seed=3)] + handmade()
 
 
 def ends_in_tool_call(messages: list[dict]) -> bool:
@@ -254,6 +256,8 @@ def test_apply_chat_template_equals_render(exported, as_system_message):
     _, tokenizer, _, hf_tokenizer = exported["chat"]
     checked = set()
     for conversation in conversations():
+        if as_system_message and not conversation.system:
+            continue  # the same as the other run
         prompt_messages = conversation.prompt if conversation.messages[-1]["role"] == "assistant" else None
         for messages, prompt in ((prompt_messages, True), (conversation.messages, True), (conversation.messages, False)):
             if messages is None or (prompt and ends_in_tool_call(messages)):
@@ -271,7 +275,7 @@ def test_apply_chat_template_equals_render(exported, as_system_message):
             assert chat_ids(hf_tokenizer, messages, tools=conversation.tools, add_generation_prompt=prompt,
                             **kwargs) == expected
             checked.add(conversation.kind)
-    assert checked == set(BUILDERS)
+    assert checked == ({c.kind for c in conversations() if c.system} if as_system_message else set(BUILDERS))
 
 
 def test_the_conversations_cover_every_part_of_the_template(exported):
