@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 from llmkit.chat.template import Rendered, render
 from llmkit.chat.tools import Tool, run_tool_call
@@ -163,7 +164,7 @@ class Request:
     tool: Tool
     tool_input: dict
     answer_path: tuple[str, ...]
-    answer: callable  # result content -> the answer sentence
+    answer: Callable[[str], str]  # the result's content -> the answer sentence
     thinking: str
 
 

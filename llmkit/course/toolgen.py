@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass
 
 from llmkit.chat.tools import Tool
-from llmkit.course.values import draw, invented_word, value_split
+from llmkit.course.values import draw, invented_word
 
 TOOL_SPLITS = ("train", "heldout")
 TYPES = ("string", "integer", "number", "boolean", "enum")
@@ -221,7 +221,3 @@ def pool_words(split: str) -> set[str]:
     found |= {w for n in words["enum"] for w in n.split("_")}
     return found
 
-
-def same_split(word: str, split: str) -> bool:
-    """True when an invented word belongs to ``split`` (real pool words are checked by ``pool_words``)."""
-    return value_split(word) == split

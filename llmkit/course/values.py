@@ -26,7 +26,7 @@ Auckland Wellington Toronto Montreal Vancouver Chicago Seattle Portland Miami At
 Havana Bogota Quito Santiago Caracas Recife Salvador Nairobi Kampala Dakar Tangier Fez Luxor Aswan Tbilisi Yerevan
 Almaty Tashkent Bishkek Ulaanbaatar Reykjavik Helsinki Tallinn Vilnius Gdansk Krakow Brno Graz Salzburg Bruges
 Antwerp Utrecht Malmo Bergen Aarhus Cardiff Glasgow Aberdeen Galway Valencia Seville Bilbao Marseille Bordeaux
-Nantes Florence Bologna Genoa Palermo Split Zagreb Belgrade Skopje Tirana Varna Odesa Lviv Kazan Samara Pune""".split()
+Nantes Florence Bologna Genoa Palermo Split Zagreb Belgrade Skopje Tirana Varna Odesa Lviv Kazan Samara""".split()
 REAL_NAMES = """Ada Alan Grace Linus Ravi Omar Lena Maya Noor Tom Ines Leo Sam Kate Jack Lucy Paul Rita Tara Ben
 Sara Ali Raj Juliet Ivy Dev Mira Felix Anya Kofi Rosa Sami Nina Theo Eva Finn Hana Kai Zoe Viola Rohan Priya
 Arjun Meera Kiran Anil Sunita Vikram Deepa Farah Yusuf Amara Chidi Ngozi Tunde Aisha Kwame Zara Layla Hamid
