@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from llmkit.generation.generate import PrefixCache, generate  # noqa: E402
 from llmkit.model.config import ModelConfig  # noqa: E402
 from llmkit.model.transformer import Transformer  # noqa: E402
+from llmkit.model.weights import from_hf  # noqa: E402
 from llmkit.paths import DATA_DIR  # noqa: E402
 
 PROMPT_LENGTH = 16
@@ -64,7 +65,7 @@ def gpt2_pair(n_layers: int, d_model: int, n_heads: int, vocab_size: int = 4096,
     config = GPT2Config(vocab_size=vocab_size, n_positions=context, n_embd=d_model, n_layer=n_layers,
                         n_head=n_heads, bos_token_id=0, eos_token_id=0)
     hf = GPT2LMHeadModel(config).eval()
-    return hf, Transformer.from_hf(hf)
+    return hf, from_hf(hf)
 
 
 def hf_generate(hf, prompt: torch.Tensor, new_tokens: int, use_cache: bool = True) -> list[int]:

@@ -26,9 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llmkit.training.data import load_tokens, random_batch  # noqa: E402
-from llmkit.model.transformer import Transformer  # noqa: E402
+from llmkit.model.weights import from_hf  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
-from llmkit.training.train import autocast, lm_loss  # noqa: E402
+from llmkit.training.loop import autocast, lm_loss  # noqa: E402
 
 SHAPE = dict(n_layers=6, d_model=384, n_heads=6, vocab_size=4096, context=256)
 BATCH = 8
@@ -88,7 +88,7 @@ def main() -> None:
     text = load_tokens(data_path("corpus", "train.txt"), data_path("models", "base", "tokenizer.json"))
 
     hf = hf_gpt2()
-    ours = Transformer.from_hf(hf)  # same weights, so the losses must match step for step
+    ours = from_hf(hf)  # same weights, so the losses must match step for step
     print(f"GPT-2 shape {SHAPE}, batch {BATCH}, {ours.num_params() / 1e6:.1f}M parameters, "
           f"{args.threads} threads, torch {torch.__version__}")
 
@@ -101,7 +101,7 @@ def main() -> None:
     last = {name: t.losses[-1] for name, t in trainers.items()}
     print(f"loss after {len(trainers['hf'].losses)} steps   llmkit {last['llmkit']:.4f}   HF {last['hf']:.4f}")
 
-    fp32, bf16 = (Transformer.from_hf(hf_gpt2()) for _ in range(2))  # a fresh pair, same start
+    fp32, bf16 = (from_hf(hf_gpt2()) for _ in range(2))  # a fresh pair, same start
     trainers = {"float32": Trainer(fp32, lambda m, ids: m(ids)),
                 "bfloat16": Trainer(bf16, lambda m, ids: m(ids), dtype="bfloat16")}
     race(trainers, text.tokens, args.rounds, args.steps)

@@ -12,6 +12,7 @@ from llmkit.generation.generate import (
     stream,
 )
 from llmkit.model.transformer import ModelConfig, Transformer
+from llmkit.model.weights import from_hf
 from llmkit.paths import DATA_DIR
 from llmkit.generation.sampling import SamplingParams
 from llmkit.tokens.tokenizer import Tokenizer
@@ -114,7 +115,7 @@ def hf_model(family: str):
 @pytest.mark.parametrize("penalty", [1.0, 1.3])
 def test_greedy_matches_hugging_face_generate(family, penalty):
     hf = hf_model(family)
-    ours = Transformer.from_hf(hf)
+    ours = from_hf(hf)
     with torch.inference_mode():
         expected = hf.generate(torch.tensor([PROMPT]), max_new_tokens=200, do_sample=False, eos_token_id=None,
                                pad_token_id=0, repetition_penalty=penalty)[0, len(PROMPT):].tolist()
@@ -445,7 +446,13 @@ def test_prefix_cache_is_tied_to_one_model_and_its_current_weights():
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        ({"max_new_tokens": 0}, ValueError, "max_new_tokens"),
+        ({"max_new_tokens": 0}, ValueError, "max_new_tokens must be at least 1"),
+        ({"max_new_tokens": 2.5}, TypeError, "max_new_tokens must be an int"),
+        ({"max_new_tokens": True}, TypeError, "max_new_tokens must be an int"),
+        ({"num_samples": "2"}, TypeError, "num_samples must be an int"),
+        ({"use_cache": "no"}, TypeError, "use_cache must be True or False"),
+        ({"keep_logits": 1}, TypeError, "keep_logits must be True or False"),
+        ({"prefix_cache": {}}, TypeError, "prefix_cache must be a PrefixCache"),
         ({"prompt_ids": [5] * 320}, ValueError, "context window"),
         ({"prompt_ids": []}, ValueError, "empty"),
         ({"prompt_ids": [VOCAB]}, ValueError, "outside the model's vocabulary"),

@@ -11,6 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from llmkit.model.transformer import Transformer  # noqa: E402
+from llmkit.model.weights import from_hf, load, save  # noqa: E402
 
 TOLERANCE = 1e-4
 
@@ -69,7 +70,7 @@ IDS = [f"gpt2-{k}" for k in GPT2_SHAPES] + [f"llama-{k}" for k in LLAMA_SHAPES]
 @pytest.mark.parametrize("build, shape", BUILDERS, ids=IDS)
 def test_import_from_a_model_object_matches_logits(build, shape):
     hf = build(shape)
-    ours = Transformer.from_hf(hf)
+    ours = from_hf(hf)
     tied = hf.config.tie_word_embeddings
     assert ours.config.tie_embeddings == tied and (ours.lm_head.weight is ours.embed.weight) == tied
     assert ours.num_params() == sum(p.numel() for p in hf.parameters())
@@ -80,7 +81,7 @@ def test_import_from_a_model_object_matches_logits(build, shape):
 def test_import_from_a_saved_folder_matches_logits(build, shape, tmp_path):
     hf = build(shape)
     hf.save_pretrained(tmp_path)
-    ours = Transformer.from_hf(tmp_path)
+    ours = from_hf(tmp_path)
     assert max_difference(ours, hf) <= TOLERANCE
 
 
@@ -88,19 +89,19 @@ def test_import_from_a_sharded_folder(tmp_path):
     hf = llama(LLAMA_SHAPES["mqa_bias_theta"])
     hf.save_pretrained(tmp_path, max_shard_size="40KB")
     assert (tmp_path / "model.safetensors.index.json").is_file()
-    assert max_difference(Transformer.from_hf(tmp_path), hf) <= TOLERANCE
+    assert max_difference(from_hf(tmp_path), hf) <= TOLERANCE
 
 
 def test_the_comparison_can_fail():
     """Control: a different seed's weights are far outside the tolerance."""
     hf = gpt2(GPT2_SHAPES["small_tied"])
-    other = Transformer.from_hf(randomize(gpt2(GPT2_SHAPES["small_tied"]), seed=5))
+    other = from_hf(randomize(gpt2(GPT2_SHAPES["small_tied"]), seed=5))
     assert max_difference(other, hf) > 100 * TOLERANCE
 
 
 def test_cached_decoding_of_an_imported_llama_matches_hugging_face():
     hf = llama(LLAMA_SHAPES["gqa_untied"])
-    ours = Transformer.from_hf(hf)
+    ours = from_hf(hf)
     ids = torch.randint(0, 120, (1, 64), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         expected = hf(ids).logits
@@ -110,9 +111,9 @@ def test_cached_decoding_of_an_imported_llama_matches_hugging_face():
 
 
 def test_an_imported_model_saves_and_reloads_exactly(tmp_path):
-    ours = Transformer.from_hf(llama(LLAMA_SHAPES["mqa_bias_theta"]))
-    ours.save(tmp_path)
-    again = Transformer.load(tmp_path)
+    ours = from_hf(llama(LLAMA_SHAPES["mqa_bias_theta"]))
+    save(ours, tmp_path)
+    again = load(tmp_path)
     assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), again.state_dict().values()))
 
 
@@ -120,15 +121,15 @@ def test_unsupported_variants_are_refused_with_a_reason(tmp_path):
     config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=4, n_positions=16, vocab_size=30,
                                      activation_function="relu", bos_token_id=None, eos_token_id=None)
     with pytest.raises(ValueError, match="activation_function='relu'"):
-        Transformer.from_hf(transformers.GPT2LMHeadModel(config))
+        from_hf(transformers.GPT2LMHeadModel(config))
     hf = llama(LLAMA_SHAPES["mha_tied"])
     hf.config.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
     with pytest.raises(ValueError, match="RoPE scaling"):
-        Transformer.from_hf(hf)
+        from_hf(hf)
     with pytest.raises(ValueError, match="model_type 'bert'"):
         (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
-        Transformer.from_hf(tmp_path)
+        from_hf(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(hf.config.to_dict()))
     (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
     with pytest.raises(ValueError, match="pickle"):
-        Transformer.from_hf(tmp_path)
+        from_hf(tmp_path)

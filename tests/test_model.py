@@ -200,120 +200,6 @@ def test_bf16_autocast_runs_forward_backward_and_cached_decode(name):
     assert model.embed.weight.grad is not None
 
 
-# --- inference without the module machinery (FastModel) -----------------------------------------
-
-def cached_logits(model: Transformer, ids: torch.Tensor, chunks: tuple[int, ...]) -> torch.Tensor:
-    """Logits of ``ids`` fed through a KV cache in chunks of the given sizes (1 = a decode step)."""
-    cache, pieces, start = model.new_cache(batch_size=ids.size(0)), [], 0
-    for size in chunks:
-        pieces.append(model(ids[:, start:start + size], cache=cache))
-        start += size
-    return torch.cat(pieces, dim=1)
-
-
-@pytest.mark.parametrize("name", list(FAMILIES))
-@torch.inference_mode()
-def test_fast_inference_path_gives_the_modules_logits_bit_for_bit(name):
-    config = FAMILIES[name]
-    model, ids = make(config), ids_for(config, batch=2, time=20)
-    chunks = (9, 1, 1, 5, 1, 3)  # a prefill, decode steps, and chunks after a cached prefix
-    assert model._fast_model(model.new_cache(batch_size=2)) is not None  # this model takes the fast path
-    fast = cached_logits(model, ids, chunks)
-    handle = model.blocks[0].register_forward_hook(lambda module, inputs, output: None)  # forces the modules
-    modules = cached_logits(model, ids, chunks)
-    handle.remove()
-    assert torch.equal(fast, modules)
-    assert (fast - model(ids)).abs().max() < 1e-4  # and both equal the cache-free forward
-
-
-@pytest.mark.parametrize("name", list(FAMILIES))
-@torch.inference_mode()
-def test_step_is_a_forward_pass_over_one_new_token(name):
-    config = FAMILIES[name]
-    model, ids = make(config), ids_for(config, batch=2, time=12)
-    stepped, forwarded = model.new_cache(batch_size=2), model.new_cache(batch_size=2)
-    model(ids[:, :8], cache=stepped)
-    model(ids[:, :8], cache=forwarded)
-    for t in range(8, 12):
-        logits = model.step(ids[:, t], stepped)
-        assert logits.shape == (2, config.vocab_size) and stepped.length == t + 1
-        assert torch.equal(logits, model(ids[:, t:t + 1], cache=forwarded)[:, -1])
-    assert (logits - model(ids)[:, -1]).abs().max() < 1e-4  # and the cache-free forward agrees
-
-
-@torch.inference_mode()
-def test_step_runs_the_models_hooks_and_checks_like_forward():
-    config = FAMILIES["llama"]
-    model, ids = make(config), ids_for(config, batch=1, time=5)
-    cache = model.new_cache(max_length=5)
-    model(ids[:, :4], cache=cache)
-    handle = model.register_forward_hook(lambda module, inputs, output: output * 0)
-    assert not model.step(ids[:, 4], cache).any()  # a hook on the model: forward runs, hook and all
-    handle.remove()
-    with pytest.raises(ValueError, match="cache full"):  # 5 positions are filled: no room for a sixth
-        model.step(ids[:, 0], cache)
-    cache.truncate(4)
-    with pytest.raises(ValueError, match="batch of 2 sequences but the cache holds 1"):
-        model.step(torch.tensor([1, 2]), cache)
-    with pytest.raises(ValueError, match=r"one new token per sequence, shape \(batch,\), got \(1, 2\)"):
-        model.step(ids[:, :2], cache)  # two tokens are a chunk for forward, not a step
-    assert cache.length == 4  # nothing was written
-
-
-@torch.inference_mode()
-def test_a_hook_added_between_decode_steps_sees_the_next_step():
-    config = FAMILIES["llama"]
-    model, ids = make(config), ids_for(config, batch=1, time=6)
-    cache = model.new_cache()
-    model(ids[:, :4], cache=cache)
-    model(ids[:, 4:5], cache=cache)
-    seen = []
-    handle = model.blocks[1].mlp.register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
-    model(ids[:, 5:6], cache=cache)
-    handle.remove()
-    assert seen == [(1, 1, config.d_model)]
-
-
-@torch.inference_mode()
-def test_a_swapped_layer_is_used_from_the_next_request():
-    class Silent(torch.nn.Module):  # an MLP that adds nothing to the residual stream
-        def forward(self, x):
-            return torch.zeros_like(x)
-
-    config = FAMILIES["gpt2"]
-    model, ids = make(config), ids_for(config, batch=1, time=8)
-    before = cached_logits(model, ids, (7, 1))
-    model.blocks[0].mlp = Silent()
-    after = cached_logits(model, ids, (7, 1))
-    assert not torch.equal(before, after)
-    assert model._fast_model(model.new_cache()) is None  # a layer of another kind: the modules run
-
-
-@torch.inference_mode()
-def test_the_fast_model_is_kept_across_requests_until_a_weight_is_replaced():
-    config = FAMILIES["llama"]
-    model, ids = make(config), ids_for(config, batch=1, time=8)
-    before = cached_logits(model, ids, (7, 1))
-    first = model._fast
-    assert torch.equal(cached_logits(model, ids, (7, 1)), before) and model._fast is first  # reused
-    out = model.blocks[1].attn.out
-    out.weight = torch.nn.Parameter(torch.randn_like(out.weight))  # a new tensor, not an in-place change
-    after = cached_logits(model, ids, (7, 1))
-    assert model._fast is not first and not torch.equal(after, before)
-    assert (after - model(ids)).abs().max() < 1e-4  # the new weight is the one used
-
-
-@torch.inference_mode()
-def test_the_models_own_hook_runs_on_the_fast_path():
-    config = FAMILIES["llama"]
-    model, ids = make(config), ids_for(config, batch=1, time=5)
-    handle = model.register_forward_hook(lambda module, inputs, output: output * 0)
-    cache = model.new_cache()
-    assert model._fast_model(cache) is not None
-    assert not model(ids, cache=cache).any()
-    handle.remove()
-
-
 # --- bad input -----------------------------------------------------------------------------------
 
 def test_too_long_a_sequence_names_both_numbers():
@@ -337,7 +223,7 @@ def test_ids_outside_the_vocabulary_are_named():
     ids[1, 3] = -2
     with pytest.raises(ValueError, match="token id -2"):
         model(ids)
-    with pytest.raises(ValueError, match="token id -2"):  # the same check on the fast inference path
+    with pytest.raises(ValueError, match="token id -2"):  # the same check with a KV cache
         model(ids, cache=model.new_cache(batch_size=2))
 
 

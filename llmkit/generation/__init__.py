@@ -1,1 +1,10 @@
-"""Logits → text: sampling, the generate/stream loop with its stop reasons, and prompt (prefix) caching."""
+"""Logits → text: sampling, the generate/stream loop with its stop reasons, and prompt (prefix) caching.
+
+The public names, by module (imported from there: a package attribute ``generate`` would hide the
+module ``llmkit.generation.generate`` behind the function of the same name):
+
+    llmkit.generation.sampling      SamplingParams, GREEDY, sample, sample_batch, the logits filters
+    llmkit.generation.generate      generate, stream, next_token_logits, Generation, Completion, Usage,
+                                    TokenEvent, StopEvent, check_stop_sequences
+    llmkit.generation.prefix_cache  PrefixCache, PrefixCacheStats
+"""

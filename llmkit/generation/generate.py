@@ -36,7 +36,8 @@ import torch
 
 from llmkit.checks import check_bool, check_int
 from llmkit.generation.prefix_cache import PrefixCache
-from llmkit.generation.sampling import GREEDY, SamplingParams, TokenConstraint, make_generator, mask_tokens, sample_batch
+from llmkit.generation.sampling import (GREEDY, SamplingParams, TokenConstraint, make_generator, mask_tokens,
+                                       sample_batch)
 from llmkit.model.fast import FastModel, fast_path
 from llmkit.model.kvcache import KVCache
 from llmkit.model.transformer import Transformer

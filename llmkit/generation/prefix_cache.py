@@ -8,6 +8,7 @@ prefilled. ``llmkit.generation.generate`` takes one as ``prefix_cache=``; it nev
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -15,8 +16,11 @@ from typing import Sequence
 
 import torch
 
+from llmkit.checks import check_int
 from llmkit.model.kvcache import KVCache
 from llmkit.model.transformer import Transformer
+
+SAMPLES_PER_TENSOR = 256  # numbers of each parameter compared to notice changed weights
 
 
 @dataclass(frozen=True)
@@ -87,40 +91,63 @@ class PrefixCache:
     (a block is useless without the blocks before it, so those are kept longer).
 
     Reuse never changes results: the stored keys and values are the ones a full prefill computes.
-    One cache serves one model; it empties itself if that model's weights change.
+    One cache serves one model, and it empties itself when that model's weights change. Weights can
+    change behind PyTorch's back (``w.data.mul_(0.5)`` moves no version counter and no pointer), so
+    the cache looks at the numbers themselves: at every ``load`` and ``store`` it compares
+    ``SAMPLES_PER_TENSOR`` evenly spaced numbers of every parameter with those it saw last (about
+    a tenth of a millisecond; reading every weight would cost as much as a forward pass). That sees
+    any optimiser step, ``load_state_dict``, re-initialisation or scaling of a tensor; an edit of a
+    few numbers can fall between the samples, so after editing weights by hand call ``clear()``.
+
+    Safe to share between threads (a server shares one across requests): every public method holds
+    one lock while it reads or changes the trie, so each ``load`` and ``store`` sees it whole.
     """
 
     def __init__(self, max_bytes: int, *, block_size: int = 16):
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"max_bytes must be a whole number of bytes >= 1, got {max_bytes!r}")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
-        self.max_bytes, self.block_size = max_bytes, block_size
+        self.max_bytes = check_int("max_bytes", max_bytes, minimum=1)
+        self.block_size = check_int("block_size", block_size, minimum=1)
+        self._lock = threading.RLock()
         self._model = None  # weak reference: the cache must not keep a model alive
         self._fingerprint = None
+        self._weights: torch.Tensor | None = None  # the sampled numbers (see the class docstring)
         self.clear()
 
     def clear(self) -> None:
         """Drop every block and reset the counters."""
-        self._root = _Block((), None)
-        self._recency: OrderedDict[_Block, None] = OrderedDict()  # least recently used first
-        self.nbytes = 0
-        self._counts = dict(requests=0, hits=0, cached_tokens=0, prefilled_tokens=0, evictions=0)
+        with self._lock:
+            self._root = _Block((), None)
+            self._recency: OrderedDict[_Block, None] = OrderedDict()  # least recently used first
+            self.nbytes = 0
+            self._counts = dict(requests=0, hits=0, cached_tokens=0, prefilled_tokens=0, evictions=0)
 
     @property
     def stats(self) -> PrefixCacheStats:
-        return PrefixCacheStats(**self._counts, blocks=len(self._recency), nbytes=self.nbytes)
+        with self._lock:
+            return PrefixCacheStats(**self._counts, blocks=len(self._recency), nbytes=self.nbytes)
 
     def match_length(self, tokens: Sequence[int]) -> int:
         """How many leading tokens of a prompt would be served from the cache (counts nothing)."""
-        path, _, extra = self._match(tokens)
-        return len(path) * self.block_size + extra
+        with self._lock:
+            path, _, extra = self._match(tokens)
+            return len(path) * self.block_size + extra
 
     def load(self, model: Transformer, tokens: Sequence[int], cache: KVCache) -> int:
         """Copy the longest cached prefix of ``tokens`` into the empty ``cache``; return its length.
         The caller prefills ``tokens[returned:]``."""
         if cache.length != 0:
             raise ValueError("PrefixCache.load needs an empty KV cache (cache.length == 0)")
+        with self._lock:
+            return self._load(model, tokens, cache)
+
+    def store(self, model: Transformer, tokens: Sequence[int], cache: KVCache, row: int = 0) -> None:
+        """Keep the blocks of ``tokens`` whose keys and values are in ``cache`` (row ``row``): the
+        whole blocks, then what is left as a shorter tail block."""
+        with self._lock:
+            self._store(model, tokens, cache, row)
+
+    # -- inside (each called with the lock held) --
+
+    def _load(self, model: Transformer, tokens: Sequence[int], cache: KVCache) -> int:
         self._bind(model, cache)
         path, partner, extra = self._match(tokens)
         reused = len(path) * self.block_size + extra
@@ -142,9 +169,7 @@ class PrefixCache:
         counts["prefilled_tokens"] += len(tokens) - reused
         return reused
 
-    def store(self, model: Transformer, tokens: Sequence[int], cache: KVCache, row: int = 0) -> None:
-        """Keep the blocks of ``tokens`` whose keys and values are in ``cache`` (row ``row``): the
-        whole blocks, then what is left as a shorter tail block."""
+    def _store(self, model: Transformer, tokens: Sequence[int], cache: KVCache, row: int) -> None:
         self._bind(model, cache)
         size, length = self.block_size, min(len(tokens), cache.length)
         node, path = self._root, []
@@ -165,8 +190,6 @@ class PrefixCache:
                 path.append(child)
                 node = child
         self._touch(path)
-
-    # -- inside --
 
     def _match(self, tokens: Sequence[int]) -> tuple[list[_Block], _Block | None, int]:
         """The whole blocks that begin ``tokens``, then the child of the last one sharing the most
@@ -221,19 +244,29 @@ class PrefixCache:
             raise ValueError("this PrefixCache holds keys and values computed by another model; "
                              "use one PrefixCache per model")
         keys = cache.keys[0]
-        # A parameter's version counter goes up on every in-place change (an optimiser step, load_state_dict).
-        weights_version = sum(p._version for p in model.parameters())
-        fingerprint = (weights_version, keys.dtype, keys.device, tuple(keys.shape[1::2]), len(cache.keys))
-        if bound is None or fingerprint != self._fingerprint:
+        fingerprint = (keys.dtype, keys.device, tuple(keys.shape[1::2]), len(cache.keys))
+        weights = _sample_weights(model)
+        if bound is None or fingerprint != self._fingerprint or not _same(weights, self._weights):
             self.clear()
-            self._model, self._fingerprint = weakref.ref(model), fingerprint
+            self._model, self._fingerprint, self._weights = weakref.ref(model), fingerprint, weights
         self._token_bytes = 2 * len(cache.keys) * keys.size(1) * keys.size(3) * keys.element_size()
         if self._token_bytes * self.block_size > self.max_bytes:
             raise ValueError(f"max_bytes={self.max_bytes} cannot hold even one block of {self.block_size} tokens "
                              f"({self._token_bytes * self.block_size} bytes for this model); "
                              "raise max_bytes or lower block_size")
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # (stats takes the lock)
         s = self.stats
         return (f"PrefixCache(blocks={s.blocks}, {self.nbytes / 2**20:.2f}/{self.max_bytes / 2**20:.2f} MiB, "
                 f"requests={s.requests}, hit_rate={s.hit_rate:.0%})")
+
+
+def _sample_weights(model: Transformer) -> torch.Tensor:
+    """``SAMPLES_PER_TENSOR`` evenly spaced numbers of every parameter, in one new tensor."""
+    with torch.no_grad():
+        return torch.cat([p.detach().reshape(-1)[::max(1, p.numel() // SAMPLES_PER_TENSOR)]
+                          for p in model.parameters()])
+
+
+def _same(a: torch.Tensor, b: torch.Tensor | None) -> bool:
+    return b is not None and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)

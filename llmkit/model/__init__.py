@@ -1,2 +1,13 @@
 """Ids → logits: the model's config, the Transformer (the readable reference), the fast decode path,
-the KV cache, weights on disk (safetensors, Hugging Face import), and hooks to look inside."""
+the KV cache, weights on disk (safetensors, Hugging Face import), and hooks to look inside.
+
+Save, load and import weights through ``llmkit.model.weights`` (``save``, ``load``, ``from_hf``,
+``load_model``); the model class itself knows nothing of files."""
+from llmkit.model.config import CostEstimate, ModelConfig, count_params, estimate_cost
+from llmkit.model.fast import FastModel, fast_path, why_not_fast
+from llmkit.model.inspect import Activations, capture
+from llmkit.model.kvcache import KVCache
+from llmkit.model.transformer import Transformer
+
+__all__ = ["Activations", "CostEstimate", "FastModel", "KVCache", "ModelConfig", "Transformer", "capture",
+           "count_params", "estimate_cost", "fast_path", "why_not_fast"]

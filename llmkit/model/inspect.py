@@ -8,7 +8,8 @@
 
 Nothing in the model is edited: ``capture`` registers PyTorch forward hooks and removes them on
 exit. Outside ``capture`` there are no hooks, so inspecting costs nothing when unused. Inside, each
-attention layer runs its explicit form (the fast kernel never materialises the pattern).
+attention layer runs its explicit form (the fast kernel never materialises the pattern), and
+``generate`` runs the modules rather than its fast decode path, so the hooks see every step.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from llmkit.model.transformer import Transformer
 
 
 @dataclass
-class Trace:
+class Activations:
     """What ``capture`` saw in the most recent forward pass (detached; a later pass overwrites it)."""
 
     model: Transformer
@@ -47,10 +48,10 @@ class Trace:
 
 
 @contextmanager
-def capture(model: Transformer) -> Iterator[Trace]:
+def capture(model: Transformer) -> Iterator[Activations]:
     """Record the attention patterns, residual stream and embeddings of forward passes in the block."""
     n_layers = len(model.blocks)
-    trace = Trace(model, attention=[None] * n_layers, residual=[None] * n_layers)
+    trace = Activations(model, attention=[None] * n_layers, residual=[None] * n_layers)
 
     def save_embedding(_module, inputs):
         trace.embedding = inputs[0].detach()

@@ -10,12 +10,9 @@ models store only their n_kv_heads, which is where their memory saving comes fro
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import torch
-
-_serials = itertools.count()
 
 
 class KVCache:
@@ -44,7 +41,6 @@ class KVCache:
         self.keys = [self.key_table[layer] for layer in range(config.n_layers)]
         self.values = [self.value_table[layer] for layer in range(config.n_layers)]
         self.length = 0
-        self.serial = next(_serials)  # no two caches share one: the model tells requests apart by it
 
     @property
     def batch_size(self) -> int:
