@@ -6,7 +6,6 @@ equal to ``llmkit.chat.template.render`` on the course's conversations.
 """
 import dataclasses
 import json
-import os
 
 import pytest
 import regex
@@ -394,6 +393,7 @@ def test_export_writes_the_folder_engines_read(tmp_path, tiny):
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
                                                         "tokenizer.json", "tokenizer_config.json"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging folder left behind
+    assert all(p.stat().st_mode & 0o044 == 0o044 for p in [folder, *folder.iterdir()])  # readable by others
     config = json.loads((folder / "tokenizer_config.json").read_text())
     assert "<|tool_call|>" in config["chat_template"] and config["model_max_length"] == 16
     stops = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
@@ -447,4 +447,3 @@ def test_the_command_exports_a_model_folder(tmp_path, tiny, capsys):
     with pytest.raises(SystemExit):
         cli.main(["export", str(tmp_path / "missing"), str(tmp_path / "x")])
     assert not (tmp_path / "x").exists()
-    assert os.access(tmp_path / "hf", os.R_OK | os.X_OK)

@@ -51,7 +51,9 @@ def export_hf(model: Transformer, tokenizer, directory: str | Path, *, force: bo
         for name, document in files["json"].items():
             (staging / name).write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         save_file(files["tensors"], str(staging / "model.safetensors"), metadata={"format": "pt", "writer": "llmkit"})
-        os.chmod(staging, 0o755)  # mkdtemp makes a private folder; an export is meant to be shared
+        for path in staging.iterdir():  # mkdtemp and safetensors make private files; an export is meant to be shared
+            os.chmod(path, 0o644)
+        os.chmod(staging, 0o755)
         _move_into_place(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
