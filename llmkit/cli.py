@@ -13,7 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("llmkit.training.train", "pretrain a model from a JSON config"),
     "finetune": ("llmkit.course.recipe", "SFT or DPO on the course's conversations, from a JSON config"),
     "evals": ("llmkit.course.evals", "held-out evaluation of a chat model"),
-    "react": ("llmkit.course.evals", "how often a ReAct step cannot be parsed"),
+    "react": ("llmkit.course.call_failures", "how often a ReAct step cannot be parsed"),
     "recipe": ("llmkit.course.recipe", "rebuild tokenizer, base and chat models end to end (resumable)"),
     "serve": ("llmkit.cli", "serve a model over the Anthropic and OpenAI APIs, batching requests"),
     "export": ("llmkit.model.export", "write a model as a Hugging Face folder (for vLLM, TGI, llama.cpp)"),

@@ -392,13 +392,13 @@ def test_the_client_refuses_a_schema_it_cannot_enforce_unless_told(tokenizer):
     ({"type": "tool_use", "name": "get_weather", "input": {"city": 7}}, "tool_use", "bad_arguments"),
 ])
 def test_call_problem_names_each_reason(block, stop_reason, problem):
-    from llmkit.course.evals import call_problem
+    from llmkit.course.call_failures import call_problem
 
     assert call_problem(block, stop_reason, {"get_weather": get_weather}) == problem
 
 
 def test_tool_call_validity_on_a_model_that_breaks_calls(tokenizer):
-    from llmkit.course.evals import INVALID_CALL_REASONS, tool_call_validity
+    from llmkit.course.call_failures import INVALID_CALL_REASONS, tool_call_validity
 
     model = contrarian(tokenizer, lean=6.0)
     free = tool_call_validity(model, tokenizer, constrained=False, temperature=1.0, n=6)

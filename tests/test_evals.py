@@ -139,3 +139,33 @@ def test_chat_model_folder_is_complete_and_small():
     evals = json.loads((CHAT / "evals.json").read_text())
     for key in ("tool_call_valid", "answer_consistent", "memory", "no_invention"):
         assert 0.0 <= evals["chat"][key] <= 1.0
+
+
+@needs_chat
+def test_run_conversation_goes_through_the_harness_and_runs_the_tool():
+    from llmkit import load_model
+    from llmkit.course.evals import run_conversation
+
+    model, tokenizer = load_model("chat")
+    conversation = weather_conversation("Warsaw", "tomorrow")
+    transcript = run_conversation(model, tokenizer, conversation.prompt, tools=conversation.tools)
+    assert transcript.stop_reasons == ["tool_use", "end_turn"] and len(transcript.turns) == 2
+    assert transcript.tool_results[0]["content"] == weather_result("Warsaw")["content"]  # the real tool ran
+    assert transcript.output_tokens >= sum(len(turn) for turn in transcript.turns)
+    full = run_conversation(model, tokenizer, [{"role": "user", "content": "Warsaw? " * 200}])
+    assert full.stop_reasons == ["context_window"] and full.turns == []  # too long to answer: no crash
+
+
+@needs_chat
+def test_tool_call_validity_examples_add_up_to_the_rates():
+    from llmkit import load_model
+    from llmkit.course.call_failures import tool_call_validity
+
+    model, tokenizer = load_model("chat")
+    examples: list = []
+    result = tool_call_validity(model, tokenizer, constrained=False, temperature=1.5, n=6, seed=0, examples=examples)
+    assert len(examples) == 6 and result["calls"] == sum(e["call"] is not None for e in examples)
+    for reason, rate in result["by_reason"].items():
+        assert rate == pytest.approx(sum(e["outcome"] == reason for e in examples) / 6, abs=1e-4)
+    for example in examples:  # a harness answers exactly the calls it cannot run, with an error to read
+        assert (example["harness_reply"] is None) == (example["outcome"] in ("valid", "no call"))

@@ -14,7 +14,8 @@ from llmkit.course import preferences as prefs
 from llmkit import cli
 from llmkit.course import react
 from llmkit.chat.template import MARKERS
-from llmkit.course.evals import EVAL_KINDS, react_parse_failures
+from llmkit.course.call_failures import react_parse_failures
+from llmkit.course.evals import EVAL_KINDS
 from llmkit.course.entities import with_fresh_entity
 from llmkit.model.transformer import ModelConfig
 from llmkit.paths import DATA_DIR

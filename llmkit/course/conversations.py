@@ -46,6 +46,7 @@ from llmkit.course.search import course_index
 from llmkit.course.tools import calculator, count_letters, get_weather, web_search
 
 KINDS = ("weather", "letters", "arithmetic", "memory", "direct", "no_tool")
+TOOL_KINDS = ("weather", "letters", "arithmetic")  # the kinds whose answer needs a tool
 
 
 def _weather(rng: random.Random, split: str, questions=tuple(WEATHER_QUESTIONS)) -> Conversation:

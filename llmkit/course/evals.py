@@ -1,11 +1,10 @@
 """Held-out evaluations of a chat model: does it call tools right, answer from their results,
 remember the history, and refuse to invent what it cannot know?
 
-Each held-out conversation (``llmkit.course.conversations``, cities, names, words and numbers the model
-never trained on) is replayed the way a harness would run it: render the prompt, generate the
-assistant's turn greedily, and when it stops with ``tool_use`` run the real tool
-(``llmkit.chat.tools.run_tool_call``), append the result and generate again, until the model ends its
-turn. The transcript is then scored with four plain functions, one per question:
+Each held-out conversation (``llmkit.course.conversations``, cities, names, words and numbers the
+model never trained on) is replayed the way a harness runs it, through ``llmkit.chat.agent.run_agent``
+on a ``Client``: the assistant's turn is generated greedily, and when it stops with ``tool_use`` the
+real tool runs and its result is sent back, until the model ends its turn. The transcript is then scored with four plain functions, one per question:
 
 - ``tool_call_valid``: the first call names the expected tool and its arguments parse and
   validate against the tool's JSON schema (tool conversations: weather, letters, arithmetic);
@@ -21,8 +20,8 @@ held-out words said back exactly (copying, the skill the memory answer rests on)
 
     python -m llmkit evals --model data/models/chat --json
 
-``tool_call_validity`` samples instead of decoding greedily, and counts how often the first tool
-call cannot be run, with constrained decoding (``llmkit.chat.constrained``) off and on:
+``--tool-call-validity`` prints instead how often a sampled tool call cannot be run, with
+constrained decoding off and on (``llmkit.course.call_failures.tool_call_validity``):
 
     python -m llmkit evals --model chat --tool-call-validity > data/models/chat/tool_call_validity.json
 """
@@ -39,19 +38,14 @@ import torch
 
 from llmkit.chat.agent import run_agent
 from llmkit.chat.client import Client, ContextWindowError
-from llmkit.chat.template import render, stop_tokens
-from llmkit.chat.tools import Tool, ToolArgumentsError, tools_by_name, validate_arguments
+from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments
 from llmkit.chat.trace import Trace
-from llmkit.checks import check_int
+from llmkit.course.call_failures import VALIDITY_TEMPERATURES, tool_call_validity_table
 from llmkit.course.conversation_data import UMBRELLA_FROM_PERCENT, Conversation
-from llmkit.course.conversations import make_conversations
-from llmkit.course.react import STOP_SEQUENCE, TEMPERATURES, ParseFailure, parse_action
-from llmkit.course.tools import EXAMPLE_TOOLS
-from llmkit.generation.generate import generate
-from llmkit.generation.sampling import SamplingParams
+from llmkit.course.conversations import TOOL_KINDS, make_conversations
+from llmkit.course.tools import EXAMPLE_TOOLS, offered_tools
 from llmkit.model.transformer import Transformer
 
-TOOL_KINDS = ("weather", "letters", "arithmetic")
 EVAL_KINDS = (*TOOL_KINDS, "memory", "no_tool")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
@@ -79,13 +73,6 @@ class Transcript:
 
 
 # ------------------------------------------------------------------------------------ the harness
-def offered_tools(tools) -> list[Tool]:
-    """The example ``Tool`` objects for ``tools`` (Tool objects, or the definitions a ``Conversation``
-    offers), in the same order, so the prompt is the same either way and the harness can run them."""
-    by_name = tools_by_name(EXAMPLE_TOOLS)
-    return [t if isinstance(t, Tool) else by_name[t["name"]] for t in tools or []]
-
-
 def run_conversation(model: Transformer, tokenizer, messages: list[dict], *, tools=None, system=None,
                      max_tool_calls: int = 2, max_new_tokens: int = 96) -> Transcript:
     """Play the assistant from ``messages`` (ending with a user question), greedily, running tools.
@@ -221,118 +208,6 @@ def evaluate(model: Transformer, tokenizer, *, limit: int = 24, seed: int = 0, k
     return result
 
 
-# ------------------------------------------------------------------------------------------ ReAct
-def react_parse_failures(model: Transformer, tokenizer, *, temperature: float, n: int = 48, seed: int = 0,
-                         max_new_tokens: int = 64, examples: list | None = None) -> dict:
-    """How often the model's first ReAct step can't be run, and why (the legacy text protocol, ``llmkit.course.react``).
-
-    For ``n`` held-out ``react`` conversations the model writes its first turn after the question,
-    sampled at ``temperature`` (seeded), until the stop sequence "Observation:" or the end of its
-    turn; ``parse_action`` then reads the Action against the tools the prompt listed. ``by_reason``
-    is the fraction of replies that failed for each ``ParseFailure``: they add up to
-    ``parse_failure_rate``. ``examples`` (a list) collects each reply with its verdict.
-
-        python -m llmkit react --model chat --json
-    """
-    check_int("n", n, minimum=1)
-    sampling, stops = SamplingParams(temperature=temperature), stop_tokens(tokenizer)
-    failures = {reason.value: 0 for reason in ParseFailure}
-    stop_reasons: dict[str, int] = {}
-    output_tokens, started = 0, time.perf_counter()
-    model.eval()
-    with torch.no_grad():
-        for i, conversation in enumerate(make_conversations(n, split="heldout", seed=seed, kinds=["react"])):
-            prompt = render(tokenizer, conversation.prompt, system=conversation.system).ids
-            room = min(max_new_tokens, model.config.context_length - len(prompt))
-            generation = generate(model, prompt, max_new_tokens=room, sampling=sampling, stop_tokens=stops.end_turn,
-                                  tool_stop_tokens=stops.tool_use, stop_sequences=[STOP_SEQUENCE],
-                                  tokenizer=tokenizer, seed=seed * 1_000_003 + i)
-            listed = [t for t in EXAMPLE_TOOLS if t.name in conversation.expected.facts["tools"]]
-            action = parse_action(generation.text, listed)
-            if not action.ok:
-                failures[action.failure.value] += 1
-            stop_reasons[generation.stop_reason] = stop_reasons.get(generation.stop_reason, 0) + 1
-            output_tokens += len(generation.tokens)
-            if examples is not None:
-                examples.append({"question": conversation.prompt[-1]["content"], "reply": generation.text,
-                                 "stop_reason": generation.stop_reason,
-                                 "failure": None if action.ok else action.failure.value, "detail": action.detail,
-                                 "name": action.name, "arguments": action.arguments})
-    return {"temperature": temperature, "n": n, "seed": seed,
-            "parse_failure_rate": round(sum(failures.values()) / n, 4),
-            "by_reason": {reason: round(count / n, 4) for reason, count in failures.items()},
-            "stop_reasons": stop_reasons, "mean_output_tokens": round(output_tokens / n, 1),
-            "seconds": round(time.perf_counter() - started, 1)}
-
-
-# ----------------------------------------------------------------------------- constrained decoding
-INVALID_CALL_REASONS = ("not_json", "unfinished", "unknown_tool", "bad_arguments")
-VALIDITY_TEMPERATURES = (0.7, 1.0, 1.5)
-
-
-def call_problem(call: dict, stop_reason: str, offered: dict) -> str | None:
-    """Why a ``tool_use`` block from ``parse_assistant`` could not be run, or None if it can:
-    "unfinished" (the turn ended before ``<|end_tool_call|>``: another stop token, or a full
-    context window), "not_json" (not JSON, or not ``{"name": ..., "input": {...}}``),
-    "unknown_tool" (not one of ``offered``, name -> Tool) or "bad_arguments" (the input breaks
-    the tool's schema)."""
-    if stop_reason != "tool_use":
-        return "unfinished"
-    if "error" in call:
-        return "not_json"
-    if call["name"] not in offered:
-        return "unknown_tool"
-    try:
-        validate_arguments(offered[call["name"]], call["input"])
-    except ToolArgumentsError:
-        return "bad_arguments"
-    return None
-
-
-def tool_call_validity(model: Transformer, tokenizer, *, constrained: bool, temperature: float, n: int = 48,
-                       seed: int = 0) -> dict:
-    """How often a sampled tool call cannot be run, with constrained decoding off or on.
-
-    For ``n`` held-out tool conversations (weather, letters, arithmetic) the model writes its first
-    assistant turn, sampled at ``temperature`` (seeded per conversation, the same seeds with the
-    constraint off and on), with the whole rest of the context as its budget. ``invalid_rate`` is
-    the fraction of turns whose tool call cannot be run, ``by_reason`` splits it by
-    ``call_problem`` (the reasons add up to it), and ``calls`` counts the turns that made a call.
-    With ``constrained`` every call is decoded under ``ToolCallConstraint``: only a call cut off by
-    the full context window can still be invalid ("unfinished").
-
-        python -m llmkit evals --model chat --tool-call-validity
-    """
-    check_int("n", n, minimum=1)
-    client = Client.from_model(model, tokenizer)
-    problems = dict.fromkeys(INVALID_CALL_REASONS, 0)
-    calls, output_tokens, started = 0, 0, time.perf_counter()
-    model.eval()
-    with torch.no_grad():
-        for i, conversation in enumerate(make_conversations(n, split="heldout", seed=seed, kinds=TOOL_KINDS)):
-            tools = offered_tools(conversation.tools)
-            reply = client.messages.create(messages=conversation.prompt, tools=tools, system=conversation.system,
-                                           max_tokens=client.context_window, temperature=temperature,
-                                           seed=seed * 1_000_003 + i, cache=False, constrain_tools=constrained)
-            output_tokens += reply.usage.output_tokens
-            if not reply.tool_calls:
-                continue
-            calls += 1
-            problem = call_problem(reply.tool_calls[0], reply.stop_reason, tools_by_name(tools))
-            if problem is not None:
-                problems[problem] += 1
-    return {"constrained": constrained, "temperature": temperature, "n": n, "seed": seed, "calls": calls,
-            "invalid_rate": round(sum(problems.values()) / n, 4),
-            "by_reason": {reason: round(count / n, 4) for reason, count in problems.items()},
-            "mean_output_tokens": round(output_tokens / n, 1), "seconds": round(time.perf_counter() - started, 1)}
-
-
-def tool_call_validity_table(model: Transformer, tokenizer, *, n: int = 48, seed: int = 0) -> list[dict]:
-    """``tool_call_validity`` with the constraint off and on, at each of ``VALIDITY_TEMPERATURES``."""
-    return [tool_call_validity(model, tokenizer, constrained=constrained, temperature=temperature, n=n, seed=seed)
-            for temperature in VALIDITY_TEMPERATURES for constrained in (False, True)]
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m llmkit evals",
                                      description="Held-out evaluation of a chat model (greedy, real tools).")
@@ -371,29 +246,3 @@ def main(argv: list[str] | None = None) -> None:
     else:
         for key, value in result.items():
             print(f"{key:>22}  {value}", file=sys.stdout)
-
-
-def react_main(argv: list[str] | None = None) -> None:
-    """``python -m llmkit react``: the parse-failure rate of ReAct steps at each temperature."""
-    parser = argparse.ArgumentParser(prog="python -m llmkit react",
-                                     description="How often a chat model's ReAct Action cannot be parsed, by reason.")
-    parser.add_argument("--n", type=int, default=48, help="held-out questions per temperature (default 48)")
-    parser.add_argument("--seed", type=int, default=0, help="which questions, and the sampling seed (default 0)")
-    parser.add_argument("--temperatures", type=float, nargs="+", default=list(TEMPERATURES))
-    parser.add_argument("--json", action="store_true", help="print one JSON object (else a short table)")
-    from llmkit.model.weights import add_model_arguments, load_model_from_arguments
-
-    add_model_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.n < 1:
-        parser.error("--n must be at least 1")
-    model, tokenizer = load_model_from_arguments(args)
-    runs = [react_parse_failures(model, tokenizer, temperature=t, n=args.n, seed=args.seed) for t in args.temperatures]
-    if args.json:
-        print(json.dumps({"model": args.model, "runs": runs}))
-        return
-    reasons = [reason.value for reason in ParseFailure]
-    print(f"{'temperature':>11}  {'failed':>6}  " + "  ".join(reasons))
-    for run in runs:
-        cells = "  ".join(f"{run['by_reason'][r]:>{len(r)}.2f}" for r in reasons)
-        print(f"{run['temperature']:>11}  {run['parse_failure_rate']:>6.2f}  {cells}")

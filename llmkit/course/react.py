@@ -15,7 +15,7 @@ model continue to ``Answer: ...``.
 
 Nothing enforces that shape. A stray word, a missing quote or parenthesis, a tool that doesn't
 exist, and the parser has nothing to run. ``parse_action`` therefore says *why* a reply failed
-(``ParseFailure``), so failures can be counted: ``llmkit.course.evals.react_parse_failures`` samples
+(``ParseFailure``), so failures can be counted: ``llmkit.course.call_failures.react_parse_failures`` samples
 replies to held-out questions and reports the rate of each reason::
 
     python -m llmkit react --model chat --json

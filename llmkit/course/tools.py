@@ -10,7 +10,7 @@ import json
 import unicodedata
 from typing import Literal
 
-from llmkit.chat.tools import tool
+from llmkit.chat.tools import Tool, tool, tools_by_name
 from llmkit.course.calculator import calculate
 
 
@@ -129,3 +129,10 @@ def send_email(to: str, body: str) -> str:
 
 EXAMPLE_TOOLS = [calculator, count_letters, get_weather]
 """The client tools the chat model is fine-tuned with. ``web_search`` (a server tool) is separate."""
+
+
+def offered_tools(tools) -> list[Tool]:
+    """The example ``Tool`` objects for ``tools`` (Tool objects, or the definitions a ``Conversation``
+    offers), in the same order, so the prompt is the same either way and the harness can run them."""
+    by_name = tools_by_name(EXAMPLE_TOOLS)
+    return [t if isinstance(t, Tool) else by_name[t["name"]] for t in tools or []]

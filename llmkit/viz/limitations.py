@@ -219,7 +219,7 @@ def plot_allowed_tokens(steps: Sequence[MaskStep], *, vocab_size: int,
 def read_tool_call_validity(path: str | Path | None = None) -> dict:
     """The committed measurement of invalid tool calls (default
     ``data/models/chat/tool_call_validity.json``): the ``command`` that made it and its ``rows``,
-    one per temperature and constraint setting (``llmkit.course.evals.tool_call_validity_table``)."""
+    one per temperature and constraint setting (``llmkit.course.call_failures.tool_call_validity_table``)."""
     path = Path(path) if path is not None else data_path("models", "chat", "tool_call_validity.json")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; make it with python -m llmkit evals --model chat "
@@ -234,7 +234,7 @@ def read_tool_call_validity(path: str | Path | None = None) -> dict:
 def _check_validity_rows(rows: Sequence[Mapping]) -> None:
     needed = {"constrained", "temperature", "invalid_rate", "by_reason"}
     if not rows or any(not needed <= set(row) for row in rows):
-        raise ValueError(f"pass the rows of llmkit.course.evals.tool_call_validity_table, each with {sorted(needed)}")
+        raise ValueError(f"pass the rows of llmkit.course.call_failures.tool_call_validity_table, each with {sorted(needed)}")
 
 
 def validity_table(rows: Sequence[Mapping]) -> list[dict]:
