@@ -31,6 +31,7 @@ through that might not validate.
 from __future__ import annotations
 
 import json
+import threading
 import weakref
 from typing import Any, Hashable, Iterable
 
@@ -87,21 +88,31 @@ class Matcher:
 
 
 class Choice(Matcher):
-    """One of a few fixed byte strings: a literal, a key, an enum value, true/false. The state is
-    the bytes read so far."""
+    """One of fixed byte strings: a literal, a key, an enum value, true/false. The options are a
+    byte trie and the state is the number of the node reached, so a step is one dictionary lookup
+    and building it is linear in the options' total length, even for an enum of 50,000 values."""
 
-    start = b""
+    start = 0
 
     def __init__(self, options: Iterable[bytes]):
-        self.options = frozenset(options)
-        self.prefixes = frozenset(option[:i] for option in self.options for i in range(len(option) + 1))
+        self.children: list[dict[int, int]] = [{}]  # node -> {next byte: child node}; node 0 is the root
+        self.ends: set[int] = set()  # nodes where an option is complete
+        for option in options:
+            node = 0
+            for byte in option:
+                child = self.children[node].get(byte)
+                if child is None:
+                    child = len(self.children)
+                    self.children.append({})
+                    self.children[node][byte] = child
+                node = child
+            self.ends.add(node)
 
-    def step(self, state: bytes, byte: int) -> bytes | None:
-        longer = state + _BYTE[byte]
-        return longer if longer in self.prefixes else None
+    def step(self, state: int, byte: int) -> int | None:
+        return self.children[state].get(byte)
 
-    def done(self, state: bytes) -> bool:
-        return state in self.options
+    def done(self, state: int) -> bool:
+        return state in self.ends
 
 
 # the escapes json.dumps writes: \" \\ \b \f \n \r \t, and \u00XX for the other control characters
@@ -135,7 +146,7 @@ class String(Matcher):
             if byte == QUOTE:
                 return "closed"
             if byte == BACKSLASH:
-                return ("escape", b"\\")
+                return ("escape", ESCAPES.step(ESCAPES.start, byte))
             if byte < 0x20:
                 return None  # a raw control character: JSON needs it escaped
             return "body" if byte < 0x80 else UTF8_STARTS.get(byte)
@@ -332,7 +343,8 @@ def value_matcher(schema: Any, where: str) -> Matcher:
         _only(keywords, {"enum", "type"}, where)
         if not isinstance(schema["enum"], list):
             raise UnsupportedSchemaError(f"{where}: enum must be a list of values, got {schema['enum']!r}")
-        valid = [value for value in schema["enum"] if ArgumentValidator(schema).is_valid(value)]
+        of_its_type = ArgumentValidator({key: value for key, value in schema.items() if key != "enum"})
+        valid = [value for value in schema["enum"] if of_its_type.is_valid(value)]  # one check each, not n
         if not valid:
             raise UnsupportedSchemaError(f"{where}: no value of its enum fits its type, so no call could be valid")
         return Choice(_json(value) for value in valid)
@@ -405,13 +417,31 @@ class _Trie:
         node.ids.append(token)
 
 
+def dense_vocab_size(tokenizer) -> int:
+    """``tokenizer.vocab_size``, once it is clear the ids are (nearly) dense. A mask has one entry per
+    id and the grammar looks at every id, so a tokenizer whose special token sits at id 10**9 would
+    cost a billion of each; more than half the id range unused is refused instead."""
+    vocab_size, special = tokenizer.vocab_size, tokenizer.special_tokens
+    ranks = getattr(tokenizer, "mergeable_ranks", None)
+    if ranks is None:
+        return vocab_size
+    used = len(ranks) + len(special)
+    if vocab_size > 2 * used:
+        name = max(special, key=special.get) if special else None
+        where = f" (special token {name!r} has id {special[name]})" if name is not None else ""
+        raise ValueError(f"the tokenizer's ids run to {vocab_size - 1} but it has only {used} tokens{where}; a "
+                         f"token mask needs an entry per id, so number the special tokens right after the ordinary "
+                         f"ones (ids {len(ranks)} and up) and save the tokenizer again")
+    return vocab_size
+
+
 class CallGrammar:
     """A call matcher for one set of tools, with what makes a step cheap for one tokenizer: the
     ordinary tokens as a trie, and the allowed-token mask of every state already seen."""
 
     def __init__(self, tokenizer, definitions: list[dict]):
         self.matcher = call_matcher(definitions)
-        self.vocab_size = tokenizer.vocab_size
+        self.vocab_size = dense_vocab_size(tokenizer)
         self.end_call = marker_ids(tokenizer)["end_tool_call"]
         self.special = frozenset(tokenizer.special_tokens.values())
         self.token_bytes: dict[int, bytes] = {}
@@ -456,18 +486,20 @@ class CallGrammar:
 
 
 _GRAMMARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {tools key: CallGrammar}
+_GRAMMARS_LOCK = threading.Lock()  # clients in several threads may compile grammars at once
 
 
 def _grammar(tokenizer, definitions: list[dict]) -> CallGrammar:
     """The compiled grammar for these tools, made once per tokenizer and tool set (its cache of
     masks then serves every later request)."""
     key = json.dumps([[d["name"], d["input_schema"]] for d in definitions], sort_keys=True)
-    per_tokenizer = _GRAMMARS.setdefault(tokenizer, {})
-    if key not in per_tokenizer:
-        if len(per_tokenizer) >= 64:  # many different tool sets: forget the oldest
-            per_tokenizer.pop(next(iter(per_tokenizer)))
-        per_tokenizer[key] = CallGrammar(tokenizer, definitions)
-    return per_tokenizer[key]
+    with _GRAMMARS_LOCK:
+        per_tokenizer = _GRAMMARS.setdefault(tokenizer, {})
+        if key not in per_tokenizer:
+            if len(per_tokenizer) >= 64:  # many different tool sets: forget the oldest
+                per_tokenizer.pop(next(iter(per_tokenizer)))
+            per_tokenizer[key] = CallGrammar(tokenizer, definitions)
+        return per_tokenizer[key]
 
 
 def tool_definitions(tools) -> list[dict]:
@@ -507,7 +539,7 @@ class ToolCallConstraint:
         self.markers = marker_ids(tokenizer)
         definitions = tool_definitions(tools)
         self.grammar = _grammar(tokenizer, definitions) if definitions else None
-        self.outside = torch.ones(tokenizer.vocab_size, dtype=torch.bool)  # what may be drawn outside a call
+        self.outside = torch.ones(dense_vocab_size(tokenizer), dtype=torch.bool)  # what may be drawn outside a call
         self.outside[self.markers["end_tool_call"]] = False
         if self.grammar is None:
             self.outside[self.markers["tool_call"]] = False
