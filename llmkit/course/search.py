@@ -36,6 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmkit.checks import check_int
 from llmkit.paths import data_path
 
 K1 = 1.5
@@ -93,8 +94,7 @@ class SearchIndex:
             raise ValueError(f"two documents have the path(s) {repeated}; give each document its own path")
         if not k1 >= 0 or not 0 <= b <= 1:
             raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1!r}, b={b!r}")
-        if isinstance(snippet_chars, bool) or not isinstance(snippet_chars, int) or snippet_chars < 20:
-            raise ValueError(f"snippet_chars must be a whole number >= 20, got {snippet_chars!r}")
+        check_int("snippet_chars", snippet_chars, minimum=20)
         self.documents = sorted(documents, key=lambda document: document.path)
         self.k1, self.b, self.snippet_chars = k1, b, snippet_chars
         self._counts = [Counter(words(document.text)) for document in self.documents]
@@ -136,8 +136,7 @@ class SearchIndex:
     def search(self, query: str, k: int = 3) -> list[SearchHit]:
         """The ``k`` best documents for ``query``, best first; documents that share no word with the
         query are left out, so there may be fewer than ``k``. Equal scores are ordered by path."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a whole number of results >= 1, got {k!r}")
+        check_int("k", k, minimum=1)
         terms = set(_query_words(query))
         ranked = sorted(((self._score(terms, counts, length), document) for document, counts, length
                          in zip(self.documents, self._counts, self._lengths)),

@@ -23,6 +23,7 @@ import html
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
+from llmkit.checks import check_int
 from llmkit.chat.agent import run_agent
 from llmkit.chat.template import Rendered
 from llmkit.chat.tools import Tool, tools_by_name
@@ -39,8 +40,7 @@ def tokens_from(rendered: Rendered, start: int) -> Rendered:
     ``llmkit.viz.chat.show_conversation``: start at the length of an earlier prompt to see only what
     one step added. Solid chips are what the model wrote (the loss mask), faded ones what it was
     given: a tool call is the model's, the result the harness's."""
-    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(rendered):
-        raise ValueError(f"start must be a token position from 0 to {len(rendered)}, got {start!r}")
+    check_int("start", start, minimum=0, maximum=len(rendered))  # a token position
     return Rendered(rendered.ids[start:], rendered.mask[start:], rendered.roles[start:])
 
 

@@ -19,6 +19,7 @@ import html
 from collections.abc import Sequence
 from itertools import accumulate
 
+from llmkit.checks import check_int
 from llmkit.chat.template import Rendered
 from llmkit.viz.first_taste import show_piece
 from llmkit.course.profiling import median_time_to_first_token
@@ -250,8 +251,7 @@ def _growth_parts(row: RequestRow) -> dict[str, int]:
 def _check_rows(rows: Sequence[RequestRow], context_window: int) -> None:
     if not rows:
         raise ValueError("rows is empty: pass request_rows(trace) of a conversation with at least one turn")
-    if isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1:
-        raise ValueError(f"context_window must be a whole number of tokens >= 1, got {context_window!r}")
+    check_int("context_window", context_window, minimum=1)
 
 
 def plot_chat_growth(rows: Sequence[RequestRow], context_window: int, *, upto: int | None = None,
