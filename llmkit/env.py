@@ -46,7 +46,7 @@ class DataItem:
     path: str  # relative to the data folder
     what: str
     build: str
-    shipped: bool = True  # False until the release that adds it; then flip it to True
+    shipped: bool = True  # False: not built yet, listed as TODO with its build command
     contents: tuple[str, ...] = ()  # for a folder: the files it must hold to count as present
 
     def is_present(self, data_dir: Path) -> bool:
@@ -56,7 +56,7 @@ class DataItem:
         return path.is_file() and path.stat().st_size > 0
 
 
-# The coordinator flips `shipped` (and fills in `build`) as each file lands in data/.
+# Everything in data/ the course uses, each with the command that rebuilds it.
 DATA_ITEMS: tuple[DataItem, ...] = (
     DataItem("corpus/train.txt", "training text (Shakespeare)", "python data/build_corpus.py"),
     DataItem("corpus/heldout.txt", "held-out text", "python data/build_corpus.py"),
