@@ -11,12 +11,14 @@ variable) and also the shapes the OpenAI-style servers pass: a first message wit
 ``system``, tools as ``{"type": "function", "function": {...}}``, assistant ``tool_calls``
 (arguments as a dict) and ``tool`` messages with the results.
 
-Two things a string template cannot do like ``render``: ``render`` encodes each piece of text on
+Two things a string template cannot do like ``render``. ``render`` encodes each piece of text on
 its own, so text that looks like a control token stays ordinary text; a Jinja template makes one
 string, and the tokenizer would read ``<|end_turn|>`` typed by a user as the real marker. So the
-template refuses such text with an error rather than let a user fake a turn. And two text blocks
-in a row are tokenized together (``render`` tokenizes them apart), which can join a token
-across the seam; the course's conversations never put two text blocks side by side.
+template refuses such text with an error rather than let a user fake a turn, unless the caller
+passes ``sanitize_control_tokens=True`` to ``apply_chat_template``, which makes ``transformers``
+encode the tokens it finds in the inputs as ordinary text. And two text blocks in a row are
+tokenized together (``render`` tokenizes them apart), which can join a token across the seam;
+the course's conversations never put two text blocks side by side.
 """
 from __future__ import annotations
 
@@ -30,13 +32,19 @@ _TEMPLATE = r"""
 {%- set special_tokens = __SPECIAL_TOKENS__ -%}
 
 {%- macro text(piece) -%}
+  {#- Text that holds a control token is refused, unless apply_chat_template(..., sanitize_control_tokens=True)
+      has wrapped that token in its private-use markers (then the tokenizer encodes it as ordinary text). -#}
   {%- if piece is not string -%}
     {{- raise_exception("message text must be a string, got " ~ piece|tojson) -}}
   {%- endif -%}
+  {%- set check = namespace(bare=piece) -%}
   {%- for token in special_tokens -%}
-    {%- if token in piece -%}
-      {{- raise_exception("the text " ~ piece[:60]|tojson ~ " contains the control token " ~ token ~ "; a string "
-          ~ "template cannot keep it ordinary text, so remove it or render with llmkit.chat.template.render") -}}
+    {%- set check.bare = check.bare.replace("\U000f0000" ~ token ~ "\U000f0001", "") -%}
+  {%- endfor -%}
+  {%- for token in special_tokens -%}
+    {%- if token in check.bare -%}
+      {{- raise_exception("the text " ~ piece[:60]|tojson ~ " contains the control token " ~ token ~ "; pass "
+          ~ "sanitize_control_tokens=True to apply_chat_template so that it is encoded as ordinary text") -}}
     {%- endif -%}
   {%- endfor -%}
   {{- piece -}}
