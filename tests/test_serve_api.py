@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import shutil
+import signal
+import subprocess
+import sys
 import time
 
 import anthropic
@@ -198,11 +202,11 @@ def test_a_burst_gets_answers_or_clean_refusals_and_nothing_hangs(tokenizer):
         def one(i):
             with httpx.Client(timeout=60) as http:
                 response = http.post(running.url + "/v1/messages", headers={"x-api-key": KEY},
-                                     json={"model": MODEL, "max_tokens": 6, "messages": ASK, "stream": i % 2 == 0})
+                                     json={"model": MODEL, "max_tokens": 4, "messages": ASK, "stream": i % 2 == 0})
                 return response.status_code, response.text
 
         with concurrent.futures.ThreadPoolExecutor(20) as pool:
-            results = list(pool.map(one, range(100), timeout=90))
+            results = list(pool.map(one, range(200), timeout=120))
         statuses = [status for status, _ in results]
         assert set(statuses) <= {200, 529} and statuses.count(200) >= 8
         for status, text in results:
@@ -238,3 +242,38 @@ def test_serve_refuses_to_start_open_on_a_network(capsys, monkeypatch):
         serve_main(["--no-auth", "--host", "0.0.0.0"])
     assert "loopback" in capsys.readouterr().err
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
+
+
+def test_sigterm_finishes_the_stream_in_flight_then_stops(tokenizer, tmp_path, free_port):
+    from llmkit.model.weights import save
+    from llmkit.paths import data_path
+
+    save(tiny_model(tokenizer), tmp_path)
+    shutil.copy(data_path("models", "base", "tokenizer.json"), tmp_path)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "llmkit", "serve", "--model", str(tmp_path), "--no-auth",
+                               "--port", str(port), "--threads", "1"], stdout=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+                break
+            except httpx.HTTPError:
+                assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+        body = {"model": model, "max_tokens": 200, "messages": ASK, "stream": True, **GREEDY}
+        with httpx.stream("POST", url + "/v1/messages", json=body, timeout=60) as response:
+            lines = response.iter_lines()
+            while "content_block_delta" not in next(lines):
+                pass
+            server.send_signal(signal.SIGTERM)
+            rest = list(lines)
+        assert "event: message_stop" in rest  # the reply in flight was finished, not cut off
+        assert server.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has drained
+    finally:
+        if server.poll() is None:
+            server.kill()
+    printed = server.stdout.read()
+    assert f'anthropic.Anthropic(base_url="{url}"' in printed and f'openai.OpenAI(base_url="{url}/v1"' in printed

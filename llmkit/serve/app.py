@@ -134,7 +134,7 @@ def create_app(state: ServerState) -> FastAPI:
         prompt = len(client.messages.render(**{k: parsed.arguments[k] for k in ("messages", "system", "tools")}))
         events = anthropic_api.stream_events(prepend(first, items), state.model_id, f"msg_{uuid.uuid4().hex[:24]}",
                                              prompt, lambda: context.cache_write_tokens)
-        return EventSourceResponse(sse(state, events, context, key, anthropic=True), ping=15)
+        return stream_response(state, sse(state, events, context, key))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -159,7 +159,7 @@ def create_app(state: ServerState) -> FastAPI:
             replies = [await run_checked(state, last, items, context=context) for context, items in runs]
             charge(state, key, replies)
             return openai_api.completion_json(completion_id, state.model_id, replies)
-        return EventSourceResponse(openai_stream(state, runs, completion_id, include_usage, key), ping=15)
+        return stream_response(state, openai_stream(state, runs, completion_id, include_usage, key))
 
     return app
 
@@ -264,8 +264,14 @@ def _next(iterator: Iterator):
     return next(iterator, _DONE)
 
 
-async def sse(state: ServerState, events: Iterator[tuple[str, dict]], context: RequestContext, key: str,
-              anthropic: bool):
+def stream_response(state: ServerState, events) -> EventSourceResponse:
+    """Server-sent events. On shutdown (SIGTERM) a stream in flight is let finish, up to the time
+    one request may take, rather than cut off."""
+    return EventSourceResponse(events, ping=15, shutdown_event=anyio.Event(),
+                               shutdown_grace_period=state.engine.request_timeout_s)
+
+
+async def sse(state: ServerState, events: Iterator[tuple[str, dict]], context: RequestContext, key: str):
     """Anthropic SSE: each (event, data) as it comes; an error mid-stream as an ``error`` event."""
     try:
         while True:

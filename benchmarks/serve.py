@@ -1,0 +1,150 @@
+"""How much continuous batching buys: aggregate output tokens/s of ``llmkit serve`` with 1, 2, 4, 8
+and 16 concurrent streaming clients, against the same requests sent one at a time, in one run.
+
+    python benchmarks/serve.py                 # the shipped chat model, 2 threads
+    python benchmarks/serve.py --requests 32 --max-tokens 64
+
+Also prints time to first token (p50/p95) under each load, and the KV memory a request held
+(blocks x block size) against the pool and against a contiguous cache of the whole window.
+The server runs as ``python -m llmkit serve`` in its own process (as it would in real life) and
+the clients use the official ``anthropic`` SDK over HTTP, so the figures include the whole server.
+At the end the server gets SIGTERM and must stop cleanly.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import anthropic
+import httpx
+
+QUESTIONS = ["What is the weather in Pune?", "Count the letter r in strawberry.", "What is 17 times 23?",
+             "Say hello to Asha.", "What does a KV cache store?", "Name three colours.", "Who wrote Hamlet?",
+             "Is it raining in Mumbai?", "What is 9 plus 10?", "Spell 'banana' backwards.",
+             "What is a token?", "Why is the sky blue?", "How many days are in a week?", "What is BPE?",
+             "Tell me a short fact.", "What is 144 divided by 12?"]
+
+
+def one_request(client: anthropic.Anthropic, model: str, question: str, max_tokens: int) -> tuple[int, float]:
+    """(output tokens, seconds to the first streamed event after message_start)."""
+    started, first = time.perf_counter(), None
+    with client.messages.stream(model=model, max_tokens=max_tokens, messages=[{"role": "user", "content": question}],
+                                extra_body={"temperature": 0}) as stream:
+        for event in stream:
+            if first is None and event.type in ("content_block_start", "content_block_delta"):
+                first = time.perf_counter() - started
+        usage = stream.get_final_message().usage
+    return usage.output_tokens, first if first is not None else time.perf_counter() - started
+
+
+def run_load(client, model: str, questions: list[str], concurrency: int, max_tokens: int) -> dict:
+    results: list = []
+    lock, queue = threading.Lock(), list(questions)
+
+    def worker():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                question = queue.pop()
+            outcome = one_request(client, model, question, max_tokens)
+            with lock:
+                results.append(outcome)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    tokens = sum(n for n, _ in results)
+    ttft = sorted(t for _, t in results)
+    return {"tokens": tokens, "seconds": elapsed, "tokens_per_s": tokens / elapsed,
+            "ttft_p50": statistics.median(ttft), "ttft_p95": ttft[min(len(ttft) - 1, int(0.95 * len(ttft)))]}
+
+
+def watch_blocks(url: str, stop: threading.Event, seen: list[int]) -> None:
+    with httpx.Client() as http:
+        while not stop.is_set():
+            seen += http.get(url + "/v1/stats").json()["kv_blocks"]["per_running_request"]
+            time.sleep(0.02)
+
+
+def start_server(args) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "llmkit", "serve", "--no-auth", "--port", str(port), "--model", args.model,
+               "--threads", str(args.threads), "--max-batch", "16", "--kv-cache-mb", str(args.kv_cache_mb)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ, "LLMKIT_API_KEYS": ""})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/v1/models", timeout=1)
+            return server, url
+        except httpx.HTTPError:
+            if server.poll() is not None:
+                raise SystemExit(f"the server exited with {server.returncode}")
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("the server did not start in 120 s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="chat")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--kv-cache-mb", type=float, default=64.0)
+    args = parser.parse_args()
+    questions = [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(args.requests)]
+    server, url = start_server(args)
+    try:
+        model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        client = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0, timeout=600)
+        run_load(client, model, questions, 8, args.max_tokens)  # warm up (and fill the prompt cache)
+        print(f"{args.requests} requests, max_tokens={args.max_tokens}, model {args.model}, server threads "
+              f"{args.threads} (a shared machine: figures vary run to run)\n")
+        alone = run_load(client, model, questions, 1, args.max_tokens)
+        print(f"{'clients':>8} {'tokens/s':>9} {'vs one at a time':>17} {'TTFT p50':>9} {'TTFT p95':>9}")
+        seen: list[int] = []
+        for concurrency in (1, 2, 4, 8, 16):
+            stop = threading.Event()
+            watcher = threading.Thread(target=watch_blocks, args=(url, stop, seen))
+            watcher.start()
+            load = run_load(client, model, questions, concurrency, args.max_tokens)
+            stop.set()
+            watcher.join()
+            print(f"{concurrency:>8} {load['tokens_per_s']:>9.1f} {load['tokens_per_s'] / alone['tokens_per_s']:>16.2f}x "
+                  f"{load['ttft_p50'] * 1000:>7.0f}ms {load['ttft_p95'] * 1000:>7.0f}ms")
+        print(f"{'alone':>8} {alone['tokens_per_s']:>9.1f} {1:>16.2f}x {alone['ttft_p50'] * 1000:>7.0f}ms "
+              f"{alone['ttft_p95'] * 1000:>7.0f}ms   (the same requests, one at a time)")
+        kv = httpx.get(url + "/v1/stats").json()["kv_blocks"]
+        per_block = kv["pool_mib"] / kv["total"]
+        window = httpx.get(url + "/v1/models").json()["data"][0]["context_window"]
+        if seen:
+            print(f"\nKV memory per running request: mean {statistics.mean(seen) * per_block:.2f} MiB, "
+                  f"max {max(seen) * per_block:.2f} MiB ({max(seen)} blocks of {kv['block_size']} tokens); "
+                  f"a contiguous cache of the whole window: {window / kv['block_size'] * per_block:.2f} MiB; "
+                  f"pool: {kv['pool_mib']:.1f} MiB ({kv['total']} blocks)")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            print(f"\nSIGTERM: the server stopped with exit code {server.wait(60)}")
+        except subprocess.TimeoutExpired:
+            server.kill()
+            print("\nSIGTERM: the server did not stop within 60 s (killed)")
+
+
+if __name__ == "__main__":
+    main()
