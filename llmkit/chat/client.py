@@ -54,12 +54,13 @@ from typing import Any, Callable, Iterator
 from llmkit.chat.constrained import ToolCallConstraint
 from llmkit.chat.context import check_context_policy, context_parts, fit_context
 from llmkit.chat.message import ContentDelta, ContextWindowError, Message
+from llmkit.chat.reply import Round, deltas, final_content, message_usage, record_round
 from llmkit.chat.server_tools import (MAX_SERVER_CALLS, SERVER_LIMIT_ERROR, label_server_calls, run_server_call,
                                       server_call, server_tools)
 from llmkit.chat.template import Rendered, parse_assistant, render, server_result_ids, stop_tokens
 from llmkit.chat.trace import Bill, Prices, Trace
 from llmkit.checks import check_bool, check_int
-from llmkit.generation.generate import PrefixCache, Usage, check_stop_sequences, stream as generate_stream
+from llmkit.generation.generate import PrefixCache, check_stop_sequences, stream as generate_stream
 from llmkit.generation.sampling import SamplingParams
 
 __all__ = ["Client", "Messages", "Message", "ContentDelta", "ContextWindowError", "MAX_SERVER_CALLS",
@@ -261,15 +262,15 @@ class Messages:
                     # sequence, the text it adds is cut, and so it must not have been sent yet
                     if tokens:
                         blocks = parse_assistant(client.tokenizer, tokens, tool_use_id=tool_use_id)
-                        yield from _deltas(content + label_server_calls(blocks, servers), sent, holdback)
+                        yield from deltas(content + label_server_calls(blocks, servers), sent, holdback)
                     tokens.append(event.token)
                 else:
                     generation = event.generation
-            rounds.append(_Round(generation, tokens, round_started))
-            blocks = _final_content(generation, tokens, client.tokenizer, tool_use_id)
+            rounds.append(Round(generation, tokens, round_started))
+            blocks = final_content(generation, tokens, client.tokenizer, tool_use_id)
             call = server_call(generation.stop_reason, blocks, servers)
             if trace is not None:
-                _record_round(trace, rounds[-1], blocks, client.tokenizer)
+                record_round(trace, rounds[-1], blocks, client.tokenizer)
             if call is None:
                 content += blocks
                 stop_reason = generation.stop_reason
@@ -278,15 +279,15 @@ class Messages:
             use, result = run_server_call(call, servers, calls, f"srvtoolu_{number:04d}_{calls + 1}", trace,
                                           client.tokenizer)
             content += blocks[:-1] + [use, result]
-            yield from _deltas(content, sent, 0, final=True)
+            yield from deltas(content, sent, 0, final=True)
             prompt += tokens + server_result_ids(client.tokenizer, result)
             if spent + generation.usage.output_tokens >= request.max_tokens:
                 stop_reason = "max_tokens"  # the result is in the reply, but no budget is left to read it
             elif len(prompt) >= client.context_window:
                 stop_reason = "context_window"
-        yield from _deltas(content, sent, 0, final=True)
+        yield from deltas(content, sent, 0, final=True)
 
-        usage = _message_usage(rounds, content, client.tokenizer)
+        usage = message_usage(rounds, content, client.tokenizer)
         message = Message(
             id=message_id, content=content, stop_reason=stop_reason,
             stop_sequence=generation.stop_sequence if stop_reason == "stop_sequence" else None,
@@ -346,61 +347,6 @@ def _check_tool_names(tools: list) -> None:
         raise ValueError(f"tools has more than one tool named {repeated}; the model could not tell them apart")
 
 
-def _block_text(block: dict) -> str | None:
-    if block["type"] == "text":
-        return block["text"]
-    if block["type"] == "thinking":
-        return block["thinking"]
-    if block["type"] == "server_tool_result":
-        return block["content"]
-    return block["input"] if isinstance(block["input"], str) else None  # a tool call still being written
-
-
-def _deltas(blocks: list[dict], sent: list[int], holdback: int, *, final: bool = False) -> Iterator[ContentDelta]:
-    """The text in ``blocks`` not streamed yet, keeping back the last ``holdback`` characters of the
-    newest block (they may be the start of a stop sequence) and any half-decoded character."""
-    for index, block in enumerate(blocks):
-        if index == len(sent):
-            sent.append(0)
-        text = _block_text(block)
-        if text is None:
-            continue
-        is_open = index == len(blocks) - 1 and not final
-        end = len(text) - (holdback if is_open and block["type"] != "tool_use" else 0)
-        while is_open and end > 0 and text[end - 1] == "\ufffd":
-            end -= 1
-        if end > sent[index]:
-            yield ContentDelta(index, block["type"], text[sent[index]:end])
-            sent[index] = end
-
-
-def _final_content(generation, tokens: list[int], tokenizer, tool_use_id: str) -> list[dict]:
-    """The reply's blocks; a matched stop sequence is cut out of the block it ended."""
-    blocks = parse_assistant(tokenizer, tokens, tool_use_id=tool_use_id)
-    if generation.stop_reason == "stop_sequence" and blocks and blocks[-1]["type"] in ("text", "thinking"):
-        key = "text" if blocks[-1]["type"] == "text" else "thinking"
-        text = blocks[-1][key]
-        at = text.rfind(generation.stop_sequence)
-        if at >= 0:
-            blocks[-1][key] = text[:at]
-            if key == "text" and not blocks[-1]["text"]:
-                blocks.pop()
-    return blocks
-
-
-def _thinking_token_count(tokens: list[int], tokenizer) -> int:
-    """Tokens from ``<|thinking|>`` to ``<|end_thinking|>`` (markers included)."""
-    special = tokenizer.special_tokens
-    start, end = special["<|thinking|>"], special["<|end_thinking|>"]
-    count, inside = 0, False
-    for token in tokens:
-        inside = inside or token == start
-        count += inside
-        if token == end:
-            inside = False
-    return count
-
-
 def _with_reply(request: _Request, content: list[dict]) -> list[dict]:
     """The conversation to store: what was sent plus the reply (merged into a continued prefill)."""
     messages = copy.deepcopy(request.messages)
@@ -415,43 +361,3 @@ def _with_reply(request: _Request, content: list[dict]) -> list[dict]:
             blocks.append(block)
     last["content"] = blocks
     return messages
-
-
-def _record_round(trace: Trace, round: _Round, blocks: list[dict], tokenizer) -> None:
-    """One generation's events: its prefill, thinking and decode ("answer"; a round that ended in a
-    server tool call has stop reason "tool_use", and the client's run of the tool follows it)."""
-    usage, started = round.generation.usage, round.started
-    first = usage.time_to_first_token or 0.0
-    trace.add("prefill", t=started, duration=first, input_tokens=usage.input_tokens,
-              cache_read_input_tokens=usage.cache_read_input_tokens)
-    thinking = _thinking_token_count(round.tokens, tokenizer)
-    if thinking:
-        trace.add("thinking", t=started + first, tokens=thinking)
-    text = "".join(block["text"] for block in blocks if block["type"] == "text")
-    trace.add("answer", t=started + first, duration=max(trace.now() - started - first, 0.0),
-              stop_reason=round.generation.stop_reason, text=text, content=copy.deepcopy(blocks),
-              output_tokens=usage.output_tokens, tokens=list(round.tokens))
-
-
-@dataclass
-class _Round:
-    """One generation inside a request: a request with server tool calls has one more per call."""
-
-    generation: Any  # llmkit.generation.generate.Generation
-    tokens: list[int]
-    started: float  # trace time when it began (0.0 without a trace)
-
-
-def _message_usage(rounds: list[_Round], content: list[dict], tokenizer) -> Usage:
-    """The request's usage: every round's prefilled and cached input tokens and its output tokens.
-
-    After a server tool call the model reads its context again, now with the call and the result
-    in it, so a request with one server call prefills (or reads from the cache) two prompts; a
-    hosted API bills each of those sampling rounds the same way."""
-    usages = [r.generation.usage for r in rounds]
-    return Usage(
-        input_tokens=sum(u.input_tokens for u in usages), output_tokens=sum(u.output_tokens for u in usages),
-        cache_read_input_tokens=sum(u.cache_read_input_tokens for u in usages),
-        thinking_tokens=sum(_thinking_token_count(r.tokens, tokenizer) for r in rounds),
-        time_to_first_token=usages[0].time_to_first_token,
-        server_tool_calls=min(sum(block["type"] == "server_tool_use" for block in content), MAX_SERVER_CALLS))
