@@ -7,14 +7,15 @@ engine's thread; a request's thread only waits for tokens and shapes them for th
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import itertools
 import json
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import anyio
 from fastapi import FastAPI, Request
@@ -28,7 +29,7 @@ from llmkit.serve.engine import Engine, Overloaded, RequestTooLarge
 from llmkit.serve.errors import APIError, anthropic_body, bad_request, openai_body
 from llmkit.serve.gateway import Gateway
 from llmkit.serve.requests import check_max_tokens
-from llmkit.serve.sequence import Cancelled, RequestContext, RequestTimeout
+from llmkit.serve.sequence import RequestContext, RequestTimeout
 
 JSON_MEDIA = "application/json"
 
@@ -64,7 +65,7 @@ class ServerState:
 def create_app(state: ServerState) -> FastAPI:
     """The ASGI app; run it with uvicorn (``llmkit serve``, or ``BackgroundServer`` in a notebook)."""
 
-    @asynccontextmanager_lifespan
+    @contextlib.asynccontextmanager
     async def lifespan(app):
         state.threads = anyio.CapacityLimiter(state.engine.max_batch + state.engine.max_waiting + 8)
         yield
@@ -114,6 +115,7 @@ def create_app(state: ServerState) -> FastAPI:
         check_model(state, parsed.model)
         args = {k: parsed.arguments[k] for k in ("messages", "system", "tools", "thinking")}
         rendered = await run_checked(state, lambda: state.client(RequestContext()).messages.render(**args))
+        # (the same render a request makes, so the count equals its input + cache-read tokens)
         return {"input_tokens": len(rendered)}
 
     @app.post("/v1/messages")
@@ -125,16 +127,29 @@ def create_app(state: ServerState) -> FastAPI:
         max_tokens = check_max_tokens(parsed.max_tokens, state.engine.model.config.context_length)
         context = RequestContext()
         client = state.client(context)
-        items = await run_checked(state, lambda: client.messages.stream(max_tokens=max_tokens, **parsed.arguments))
-        first = await run_checked(state, next, items, context=context)
+
+        def reply():
+            return client.messages.stream(max_tokens=max_tokens, **parsed.arguments)
+
         if not parsed.stream:
-            message = await run_checked(state, last, items, first, context=context)
+            message = await run_checked(state, lambda: last(reply()))
             charge(state, key, [message])
             return anthropic_api.message_json(message, state.model_id, context.cache_write_tokens)
-        prompt = len(client.messages.render(**{k: parsed.arguments[k] for k in ("messages", "system", "tools")}))
-        events = anthropic_api.stream_events(prepend(first, items), state.model_id, f"msg_{uuid.uuid4().hex[:24]}",
-                                             prompt, lambda: context.cache_write_tokens)
-        return stream_response(state, sse(state, events, context, key))
+
+        def events() -> Iterator[dict]:
+            items = reply()
+            first = next(items)  # the request is checked and queued (or refused) here
+            prompt = len(client.messages.render(**{k: parsed.arguments[k] for k in ("messages", "system", "tools")}))
+            for name, data in anthropic_api.stream_events(prepend(first, items), state.model_id,
+                                                          f"msg_{uuid.uuid4().hex[:24]}", prompt,
+                                                          lambda: context.cache_write_tokens):
+                if name == "message_delta":
+                    usage = data["usage"]
+                    state.gateway.charge(key, usage["input_tokens"] + usage["cache_read_input_tokens"]
+                                         + usage["output_tokens"])
+                yield {"event": name, "data": json.dumps(data, ensure_ascii=False)}
+
+        return await stream_response(state, events, context, anthropic_error_event)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -145,28 +160,34 @@ def create_app(state: ServerState) -> FastAPI:
         check_model(state, parsed.model)
         name = "max_completion_tokens" if isinstance(body, dict) and "max_completion_tokens" in body else "max_tokens"
         max_tokens = check_max_tokens(parsed.max_tokens, context_length, name)
-        completion_id = f"chatcmpl-{time.time_ns():x}"
-        runs = []
-        for choice in range(n):
-            context = RequestContext()
-            arguments = dict(parsed.arguments)
-            if arguments["seed"] is not None:
-                arguments["seed"] += choice
-            client = state.client(context)
-            runs.append((context, await run_checked(state, lambda: client.messages.stream(max_tokens=max_tokens,
-                                                                                           **arguments))))
+        completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        context = RequestContext()
+        client = state.client(context)
+
+        def reply(choice: int):  # each choice is its own request (a seed moves on by one per choice)
+            seed = parsed.arguments["seed"]
+            arguments = {**parsed.arguments, "seed": None if seed is None else seed + choice}
+            return client.messages.stream(max_tokens=max_tokens, **arguments)
+
         if not parsed.stream:
-            replies = [await run_checked(state, last, items, context=context) for context, items in runs]
+            replies = await run_checked(state, lambda: [last(reply(choice)) for choice in range(n)])
             charge(state, key, replies)
             return openai_api.completion_json(completion_id, state.model_id, replies)
-        return stream_response(state, openai_stream(state, runs, completion_id, include_usage, key))
+
+        def events() -> Iterator[dict]:
+            replies: list = []
+            for choice in range(n):
+                for piece in openai_api.stream_chunks(reply(choice), choice, completion_id, state.model_id, replies):
+                    yield {"data": json.dumps(piece, ensure_ascii=False)}
+            charge(state, key, replies)
+            if include_usage:
+                usage = openai_api.usage_json(replies)
+                yield {"data": json.dumps(openai_api.chunk(completion_id, state.model_id, [], usage))}
+            yield {"data": "[DONE]"}
+
+        return await stream_response(state, events, context, openai_error_event)
 
     return app
-
-
-def asynccontextmanager_lifespan(function):
-    import contextlib
-    return contextlib.asynccontextmanager(function)
 
 
 # --- request plumbing ------------------------------------------------------------------------------
@@ -225,23 +246,30 @@ def error_response(request: Request, error: APIError) -> JSONResponse:
     return JSONResponse(anthropic_body(error), status_code=status, headers=error.headers)
 
 
-async def run_checked(state: ServerState, function, *args, context: RequestContext | None = None):  # noqa: ARG001
-    """Run blocking chat-client work in a thread; its errors become API errors."""
+async def run_checked(state: ServerState, function):
+    """Run blocking chat-client work in a worker thread; its errors become API errors."""
     try:
-        return await anyio.to_thread.run_sync(function, *args, limiter=state.threads)
-    except APIError:
-        raise
-    except Overloaded as error:
-        raise APIError(529, f"overloaded: {error}", headers={"retry-after": "1"}) from None
-    except RequestTimeout as error:
-        raise APIError(504, str(error)) from None
-    except (RequestTooLarge, ContextWindowError, ValueError, TypeError, KeyError) as error:
-        raise bad_request(str(error)) from None
+        return await anyio.to_thread.run_sync(function, limiter=state.threads)
+    except Exception as error:
+        raise as_api_error(error) from None
 
 
-def last(items: Iterator, first=None):
-    """The final item of a stream whose first item was already taken."""
-    item = first
+def as_api_error(error: BaseException) -> APIError:
+    """The API error for what went wrong inside a request (a bug stays a 500)."""
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, Overloaded):
+        return APIError(529, f"overloaded: {error}", headers={"retry-after": "1"})
+    if isinstance(error, RequestTimeout):
+        return APIError(504, str(error))
+    if isinstance(error, (RequestTooLarge, ContextWindowError, ValueError, TypeError, KeyError)):
+        return bad_request(str(error))
+    return APIError(500, f"internal error: {type(error).__name__}: {error}")
+
+
+def last(items: Iterator):
+    """The final item of a stream: the finished reply."""
+    item = None
     for item in items:
         pass
     return item
@@ -257,72 +285,77 @@ def charge(state: ServerState, key: str, replies: list) -> None:
                                   for r in replies))
 
 
-_DONE = object()
+def anthropic_error_event(error: APIError) -> dict:
+    return {"event": "error", "data": json.dumps(anthropic_body(error))}
 
 
-def _next(iterator: Iterator):
-    return next(iterator, _DONE)
+def openai_error_event(error: APIError) -> dict:
+    return {"data": json.dumps(openai_body(error))}
 
 
-def stream_response(state: ServerState, events) -> EventSourceResponse:
-    """Server-sent events. On shutdown (SIGTERM) a stream in flight is let finish, up to the time
-    one request may take, rather than cut off."""
-    return EventSourceResponse(events, ping=15, shutdown_event=anyio.Event(),
+async def stream_response(state: ServerState, events, context: RequestContext, error_event) -> EventSourceResponse:
+    """Server-sent events made in the request's own thread (``Relay``). The first event is awaited
+    before answering, so a refused request still gets its status (400, 529, ...). An error later,
+    mid-stream, becomes an error event. On shutdown (SIGTERM) a stream in flight is let finish,
+    up to the time one request may take, rather than cut off."""
+    relay = Relay(events)
+    try:
+        first = await relay.next()
+    except BaseException:
+        context.cancel()
+        raise
+
+    async def stream():
+        try:
+            item = first
+            while item is not _DONE:
+                yield item
+                try:
+                    item = await relay.next()
+                except APIError as error:
+                    yield error_event(error)
+                    return
+        finally:
+            context.cancel()  # a client that left frees its slot and blocks at the engine's next step
+
+    return EventSourceResponse(stream(), ping=15, shutdown_event=anyio.Event(),
                                shutdown_grace_period=state.engine.request_timeout_s)
 
 
-async def sse(state: ServerState, events: Iterator[tuple[str, dict]], context: RequestContext, key: str):
-    """Anthropic SSE: each (event, data) as it comes; an error mid-stream as an ``error`` event."""
-    try:
-        while True:
-            try:
-                item = await run_checked(state, _next, events, context=context)
-            except APIError as error:
-                yield {"event": "error", "data": json.dumps(anthropic_body(error))}
-                return
-            if item is _DONE:
-                return
-            name, data = item
-            if name == "message_delta":
-                state.gateway.charge(key, data["usage"]["input_tokens"] + data["usage"]["output_tokens"]
-                                     + data["usage"]["cache_read_input_tokens"])
-            yield {"event": name, "data": json.dumps(data, ensure_ascii=False)}
-    finally:
-        context.cancel()  # a client that left frees its slot and blocks at the engine's next step
+_DONE = object()
 
 
-async def openai_stream(state: ServerState, runs: list, completion_id: str, include_usage: bool, key: str):
-    replies = []
-    try:
-        for index, (context, items) in enumerate(runs):
-            chunks = openai_api.stream_chunks(items, index, completion_id, state.model_id)
-            while True:
-                try:
-                    piece = await run_checked(state, _next_or_return, chunks, context=context)
-                except APIError as error:
-                    yield {"data": json.dumps(openai_body(error))}
-                    return
-                if isinstance(piece, _Returned):
-                    replies.append(piece.value)
-                    break
-                yield {"data": json.dumps(piece, ensure_ascii=False)}
-        charge(state, key, replies)
-        if include_usage:
-            yield {"data": json.dumps(openai_api.chunk(completion_id, state.model_id, [],
-                                                       openai_api.usage_json(replies)))}
-        yield {"data": "[DONE]"}
-    finally:
-        for context, _ in runs:
-            context.cancel()
+class Relay:
+    """A blocking iterator run in a thread of its own, its items read here with ``await``.
+
+    The chat client and the API shaping are plain blocking code; running each request's in one
+    thread, and handing items over with ``call_soon_threadsafe``, costs one wake-up per item."""
+
+    def __init__(self, make: Callable[[], Iterator]):
+        self.loop, self.queue = asyncio.get_running_loop(), asyncio.Queue()
+        threading.Thread(target=self._run, args=(make,), name="llmkit-request", daemon=True).start()
+
+    def _run(self, make) -> None:
+        try:
+            for item in make():
+                self._put(item)
+            self._put(_DONE)
+        except BaseException as error:  # handed to the reader, who turns it into an API error
+            self._put(_Failed(error))
+
+    def _put(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop has closed: no one is reading any more
+            pass
+
+    async def next(self):
+        item = await self.queue.get()
+        if isinstance(item, _Failed):
+            raise as_api_error(item.error)
+        return item
 
 
 @dataclass
-class _Returned:
-    value: Any
-
-
-def _next_or_return(generator):
-    try:
-        return next(generator)
-    except StopIteration as stop:
-        return _Returned(stop.value)
+class _Failed:
+    error: BaseException

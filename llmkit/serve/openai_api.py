@@ -186,9 +186,9 @@ def chunk(completion_id: str, model: str, choices: list, usage: dict | None = No
     return body
 
 
-def stream_chunks(items: Iterator, index: int, completion_id: str, model: str) -> Iterator[dict]:
+def stream_chunks(items: Iterator, index: int, completion_id: str, model: str, replies: list) -> Iterator[dict]:
     """The chunks of one choice: the role, text as written, the tool call whole, the finish reason.
-    The finished ``Message`` is the generator's return value (for the usage chunk)."""
+    The finished ``Message`` is appended to ``replies`` (for the usage chunk)."""
     yield chunk(completion_id, model, [{"index": index, "delta": {"role": "assistant", "content": ""},
                                         "finish_reason": None, "logprobs": None}])
     for item in items:
@@ -203,4 +203,4 @@ def stream_chunks(items: Iterator, index: int, completion_id: str, model: str) -
                                                 "finish_reason": None, "logprobs": None}])
         yield chunk(completion_id, model, [{"index": index, "delta": {}, "logprobs": None,
                                             "finish_reason": FINISH_REASONS[item.stop_reason]}])
-        return item
+        replies.append(item)
