@@ -2,6 +2,7 @@
 then once on a small random model to show that nothing the model writes can crash the loop."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -49,7 +50,10 @@ class ScriptedClient:
     def create(self, *, messages, tools, **kwargs):
         render(TOKENIZER, messages, tools=tools)  # raises if the loop built a broken conversation
         self.requests.append({"messages": messages, "tools": tools, **kwargs})
-        return self.replies[min(len(self.requests) - 1, len(self.replies) - 1)]
+        scripted = self.replies[min(len(self.requests) - 1, len(self.replies) - 1)]
+        content = [{**block, "id": f"toolu_{len(self.requests)}"} if block["type"] == "tool_use" else block
+                   for block in scripted.content]  # a fresh id per reply, as a real client gives
+        return dataclasses.replace(scripted, content=content)
 
 
 def results_of(result: AgentResult) -> list[dict]:

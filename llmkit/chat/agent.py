@@ -14,25 +14,48 @@ Whatever the model writes, the loop does not crash: a call that is not valid JSO
 unknown tool, has arguments of the wrong type, or runs a tool that raises or hangs comes back to
 the model as an error ``tool_result`` it can read and correct.
 
-``client`` is anything with ``client.messages.create(...)`` returning an ``llmkit.chat.client.Message``
+And whatever happens, the loop returns its transcript. What it does when things go wrong:
+
+- **The conversation outgrows the context window** (a model that keeps calling tools, or one
+  huge result). The loop keeps the ``transcript`` whole but sends the model less: first it drops
+  the oldest tool exchanges (a call and its result, together), keeping the newest; then it cuts
+  the longest tool result, ending it with a visible note that says how much was cut. If even that
+  cannot make the request fit, it stops with ``stop_reason`` "context_window". With a client that
+  can render the prompt (``llmkit.chat.client.Client``) it also makes room for a whole reply of
+  ``max_tokens``, so a tool call is not cut off by a full window. ``AgentResult.notes`` lists every
+  drop and cut.
+- **The ``approve`` hook raises** (or answers something other than "allow" or "deny"). A broken
+  permission check must not run the tool, so the call gets an error result ("not run"), and the
+  loop stops with ``stop_reason`` "approve_failed" and the exception in ``AgentResult.error``.
+- **Anything else the client raises** is a bug, not a state of the conversation: it propagates,
+  carrying the ``AgentResult`` so far as ``exception.agent_result``.
+
+``client`` is anything with ``client.messages.create(...)`` returning an ``llmkit.chat.message.Message``
 (so a scripted fake client can test the loop without a model).
 """
 from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from llmkit.chat.agent_context import make_room
+from llmkit.chat.message import ContextWindowError
 from llmkit.chat.tools import DEFAULT_TIMEOUT_S, Approve, Tool, run_tool_call, tool_result, tools_by_name
 from llmkit.chat.trace import Trace
+from llmkit.checks import check_int, is_int
+
+STOP_REASONS = ("answered", "max_iterations", "context_window", "approve_failed")
 
 
 @dataclass
 class AgentResult:
-    """``final``: the last reply; ``transcript``: every message, the replies and tool results
-    included; ``iterations``: how many times the model was called; ``stopped_by_limit``: True if
-    the loop ended because ``max_iterations`` ran out while the model still wanted a tool.
+    """``final``: the last reply (None if the model never answered); ``transcript``: every message,
+    the replies and tool results included, in full; ``iterations``: how many replies the model gave;
+    ``stop_reason``: why the loop ended, one of ``STOP_REASONS`` ("answered": the model stopped asking
+    for tools, and ``final.stop_reason`` says how it stopped); ``error``: the exception that ended
+    the loop early, if any; ``notes``: what was dropped or cut to fit the context window.
 
     A reply cut off by ``max_tokens`` in the middle of a tool call ends the loop too (its stop
     reason is "max_tokens", not "tool_use"): raise ``max_tokens`` and run it again."""
@@ -40,7 +63,18 @@ class AgentResult:
     final: Any
     transcript: list[dict]
     iterations: int
-    stopped_by_limit: bool = False
+    stop_reason: str = "answered"
+    error: BaseException | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def stopped_by_limit(self) -> bool:
+        """True if ``max_iterations`` ran out while the model still wanted a tool."""
+        return self.stop_reason == "max_iterations"
+
+
+class _ApproveFailed(Exception):
+    """The approve hook raised or answered something else than "allow" or "deny"."""
 
 
 def run_agent(client, messages: list[dict], tools: list[Tool], *, max_iterations: int = 5,
@@ -53,31 +87,98 @@ def run_agent(client, messages: list[dict], tools: list[Tool], *, max_iterations
     approve: the permission hook, ``approve(name, arguments) -> "allow" | "deny"``, asked before
         each client tool runs; a denied call is answered with an error result and the model
         carries on. (Server tools run inside ``create``, as a provider runs them: no hook is asked.)
-    tool_timeout_s: how long one tool may run before it is abandoned (an error result).
+    tool_timeout_s: the time limit of one tool call (an error result when it is over).
     create_kwargs: passed to every ``client.messages.create`` (max_tokens, system, temperature, ...).
     """
-    if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations < 1:
-        raise ValueError(f"max_iterations must be a whole number >= 1, got {max_iterations!r}")
+    check_int("max_iterations", max_iterations, minimum=1)
     if "messages" in create_kwargs or "tools" in create_kwargs:
         raise TypeError("pass messages and tools as run_agent's own arguments, not as create arguments")
     tools = list(tools)
     tools_by_name(tools)  # refuses non-Tool items and repeated names now, not mid-loop
     if trace is not None:
         create_kwargs["trace"] = trace
-    transcript = copy.deepcopy(messages)
-    count_tokens = getattr(client, "count_tokens", None)
+    result = AgentResult(None, copy.deepcopy(messages), 0)
+    context = copy.deepcopy(messages)  # what the model is sent: the transcript, less what no longer fits
+    try:
+        _loop(client, context, tools, result, max_iterations, approve, tool_timeout_s, trace, create_kwargs)
+    except Exception as exc:
+        exc.agent_result = result
+        raise
+    return result
 
-    for iteration in range(1, max_iterations + 1):
-        reply = client.messages.create(messages=copy.deepcopy(transcript), tools=tools, **create_kwargs)
-        transcript.append({"role": "assistant", "content": copy.deepcopy(reply.content)})
+
+def _loop(client, context: list[dict], tools: list[Tool], result: AgentResult, max_iterations: int, approve,
+          timeout_s: float, trace: Trace | None, create_kwargs: dict) -> None:
+    """The loop itself, filling in ``result`` as it goes (so nothing is lost if it raises)."""
+    count_tokens = getattr(client, "count_tokens", None)
+    while result.iterations < max_iterations:
+        try:
+            reply = _ask(client, context, tools, create_kwargs, result.notes, count_tokens)
+        except ContextWindowError as exc:
+            result.stop_reason, result.error = "context_window", exc
+            return
+        result.final, result.iterations = reply, result.iterations + 1
+        turn = {"role": "assistant", "content": copy.deepcopy(reply.content)}
+        result.transcript.append(turn)
+        context.append(copy.deepcopy(turn))
         calls = [block for block in reply.content if block["type"] == "tool_use"]
         if reply.stop_reason != "tool_use" or not calls:
             _record_final(trace, reply)
-            return AgentResult(reply, transcript, iteration)
-        results = [_answer(call, tools, approve, tool_timeout_s, trace, count_tokens) for call in calls]
-        transcript.append({"role": "user", "content": results})
-    _record_final(trace, reply)
-    return AgentResult(reply, transcript, max_iterations, stopped_by_limit=True)
+            return
+        answers = _answer_all(calls, tools, approve, timeout_s, trace, count_tokens, result)
+        result.transcript.append({"role": "user", "content": answers})
+        context.append({"role": "user", "content": copy.deepcopy(answers)})
+        if result.error is not None:
+            return
+    result.stop_reason = "max_iterations"
+    _record_final(trace, result.final)
+
+
+def _ask(client, context: list[dict], tools: list[Tool], create_kwargs: dict, notes: list[str], count_tokens):
+    """One model call; while the request does not fit the window, make room in ``context`` and retry."""
+    _room_for_the_reply(client, context, tools, create_kwargs, notes, count_tokens)
+    while True:
+        try:
+            return client.messages.create(messages=copy.deepcopy(context), tools=tools, **create_kwargs)
+        except ContextWindowError as exc:
+            note = make_room(context, exc.over_by, count_tokens)
+            if note is None:
+                raise
+            notes.append(note)
+
+
+def _room_for_the_reply(client, context: list[dict], tools: list[Tool], create_kwargs: dict, notes: list[str],
+                        count_tokens) -> None:
+    """Make room for a whole reply of ``max_tokens`` too, when the client can say how long the prompt
+    is: a tool call cut off by a full window would only be an error for the model to read."""
+    window, render = getattr(client, "context_window", None), getattr(client.messages, "render", None)
+    max_tokens = create_kwargs.get("max_tokens")
+    if not (is_int(window) and is_int(max_tokens) and callable(render)) or "previous_id" in create_kwargs:
+        return
+    while True:
+        prompt = render(messages=context, tools=tools, system=create_kwargs.get("system"))
+        over_by = len(prompt) + max_tokens - window
+        note = make_room(context, over_by, count_tokens) if over_by > 0 else None
+        if note is None:
+            return  # it fits, or nothing more can go: the reply may then stop at the window
+        notes.append(note)
+
+
+def _answer_all(calls: list[dict], tools: list[Tool], approve, timeout_s: float, trace: Trace | None,
+                count_tokens, result: AgentResult) -> list[dict]:
+    """A tool_result for every call; once the approve hook fails, the rest are not run either."""
+    answers = []
+    for call in calls:
+        if result.error is not None:
+            answers.append(tool_result(call["id"], "not run: the harness stopped before this call", is_error=True))
+            continue
+        try:
+            answers.append(_answer(call, tools, approve, timeout_s, trace, count_tokens))
+        except _ApproveFailed as failed:
+            result.stop_reason, result.error = "approve_failed", failed.__cause__
+            answers.append(tool_result(call["id"], f"not run: the permission check failed ({failed.__cause__!r})",
+                                       is_error=True))
+    return answers
 
 
 def _answer(call: dict, tools: list[Tool], approve, timeout_s: float, trace: Trace | None, count_tokens) -> dict:
@@ -88,7 +189,7 @@ def _answer(call: dict, tools: list[Tool], approve, timeout_s: float, trace: Tra
         result = tool_result(call["id"], call["error"], is_error=True)
     else:
         result = run_tool_call(tools, call["name"], call["input"], tool_use_id=call["id"],
-                               timeout_s=timeout_s, approve=approve)
+                               timeout_s=timeout_s, approve=_guarded(approve))
     if trace is not None:
         trace.add("tool_call", t=t, duration=time.perf_counter() - started, name=call.get("name", ""),
                   input=call.get("input"), is_error=result["is_error"])
@@ -97,7 +198,25 @@ def _answer(call: dict, tools: list[Tool], approve, timeout_s: float, trace: Tra
     return result
 
 
+def _guarded(approve: Approve | None) -> Approve | None:
+    """``approve``, with any failure of the hook itself raised as ``_ApproveFailed``."""
+    if approve is None:
+        return None
+
+    def checked(name: str, arguments: dict) -> str:
+        try:
+            decision = approve(name, arguments)
+        except Exception as exc:
+            raise _ApproveFailed() from exc
+        if decision not in ("allow", "deny"):
+            problem = ValueError(f"approve must return 'allow' or 'deny', got {decision!r}")
+            raise _ApproveFailed() from problem
+        return decision
+
+    return checked
+
+
 def _record_final(trace: Trace | None, reply) -> None:
-    if trace is not None:
+    if trace is not None and reply is not None:
         text = "".join(block.get("text", "") for block in reply.content if block["type"] == "text")
         trace.add("final", text=text, stop_reason=reply.stop_reason)
