@@ -176,6 +176,20 @@ def test_bad_requests_are_answered_with_what_and_where(server, body, status, wor
     assert error["type"] in ("invalid_request_error", "request_too_large") and words in error["message"]
 
 
+def test_web_search_runs_only_where_the_server_offers_it(claude, tokenizer):
+    from llmkit.course.tools import web_search
+
+    search = [{"type": "web_search_20250305", "name": "web_search"}]
+    with pytest.raises(anthropic.BadRequestError, match="no web_search"):
+        claude.messages.create(model=MODEL, max_tokens=4, messages=ASK, tools=search)
+    state = build_state(tiny_model(tokenizer), tokenizer, model_id=MODEL, keys=[KEY], kv_cache_mb=2,
+                        server_tools={"web_search": web_search})
+    with BackgroundServer(state) as running:
+        client = anthropic.Anthropic(base_url=running.url, api_key=KEY, max_retries=0, timeout=60)
+        reply = client.messages.create(model=MODEL, max_tokens=4, messages=ASK, tools=search)
+        assert reply.stop_reason != "tool_use"  # a server tool's call never ends the turn for the caller
+
+
 def test_unknown_routes_are_404_in_shape(server):
     response = httpx.get(server.url + "/v1/nothing", headers={"x-api-key": KEY})
     assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error"

@@ -181,3 +181,17 @@ def test_a_full_queue_refuses_at_once():
         assert len(tokens(engine, [1, 2, 3], max_new_tokens=2)) == 2
     finally:
         engine.close()
+
+
+def test_a_request_past_its_time_limit_ends_with_a_timeout_and_frees_everything():
+    from llmkit.serve.sequence import RequestTimeout
+
+    model = sharp_model("llama")
+    engine = Engine(model, max_batch=2, kv_cache_mb=1, block_size=4, request_timeout_s=0.0)
+    try:
+        with pytest.raises(RequestTimeout, match="limit"):
+            tokens(engine, [1, 2, 3], max_new_tokens=5)
+        stats = engine.stats()
+        assert stats["requests"]["timed_out"] == 1 and stats["waiting"] == 0 and stats["kv_blocks"]["used"] == 0
+    finally:
+        engine.close()
