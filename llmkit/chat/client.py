@@ -209,7 +209,6 @@ class Messages:
         if not messages:
             raise ValueError("messages is empty; send at least one user message")
         tools = list(tools or [])
-        _check_tool_names(tools)
         messages = copy.deepcopy(messages)
 
         try:
@@ -338,13 +337,6 @@ def _tool_constraint(tokenizer, tools: list, constrain: bool):
         return None
     ToolCallConstraint(tokenizer, tools)
     return functools.partial(ToolCallConstraint, tokenizer, tools)
-
-
-def _check_tool_names(tools: list) -> None:
-    names = [getattr(t, "name", None) or (t.get("name") if isinstance(t, dict) else None) for t in tools]
-    repeated = sorted({name for name in names if name is not None and names.count(name) > 1})
-    if repeated:
-        raise ValueError(f"tools has more than one tool named {repeated}; the model could not tell them apart")
 
 
 def _with_reply(request: _Request, content: list[dict]) -> list[dict]:

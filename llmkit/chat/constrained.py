@@ -37,7 +37,7 @@ from typing import Any, Hashable, Iterable
 
 import torch
 
-from llmkit.chat.template import marker_ids
+from llmkit.chat.template import marker_ids, tool_definitions
 from llmkit.chat.tools import ArgumentValidator
 
 State = Hashable
@@ -500,26 +500,6 @@ def _grammar(tokenizer, definitions: list[dict]) -> CallGrammar:
                 per_tokenizer.pop(next(iter(per_tokenizer)))
             per_tokenizer[key] = CallGrammar(tokenizer, definitions)
         return per_tokenizer[key]
-
-
-def tool_definitions(tools) -> list[dict]:
-    """``tools`` (``llmkit.chat.tools.Tool`` objects or ``{"name", "input_schema", ...}`` dicts) as dicts."""
-    if tools is None:
-        return []
-    if isinstance(tools, (dict, str)) or not isinstance(tools, Iterable):
-        raise TypeError(f"tools must be a list of Tool objects or tool definitions, got {type(tools).__name__}")
-    definitions = []
-    for i, item in enumerate(tools):
-        if hasattr(item, "definition") and callable(item.definition):
-            item = item.definition()
-        if not (isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"]
-                and isinstance(item.get("input_schema"), dict)):
-            raise TypeError(f"tools[{i}] must be a Tool or a dict with a name and an input_schema, got {item!r}")
-        definitions.append(item)
-    names = [d["name"] for d in definitions]
-    if len(set(names)) < len(names):
-        raise ValueError(f"two tools share a name in {names}; the model could not tell them apart")
-    return definitions
 
 
 # --------------------------------------------------------------------------------------- the constraint

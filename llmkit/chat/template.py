@@ -50,6 +50,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from llmkit.checks import check_bool
+
 MARKERS = {
     "endoftext": "<|endoftext|>",
     "system": "<|system|>",
@@ -225,13 +227,30 @@ def _check_tool(definition: Any, where: str) -> dict:
         raise TypeError(f"{where} must be a Tool or a dict with name, description and input_schema, "
                         f"got {type(definition).__name__}")
     for key, kind in (("name", str), ("description", str), ("input_schema", dict)):
-        if not isinstance(definition.get(key), kind) or (key == "name" and not definition[key]):
-            raise ValueError(f"{where}['{key}'] must be a {'non-empty ' if key == 'name' else ''}{kind.__name__}, "
-                             f"got {definition.get(key)!r}")
+        if key not in definition:
+            raise ValueError(f"{where} has no {key!r}; a tool needs a name, a description and an input_schema")
+        if not isinstance(definition[key], kind):
+            raise TypeError(f"{where}['{key}'] must be a {kind.__name__}, got {definition[key]!r}")
     if not TOOL_NAME.fullmatch(definition["name"]):
         raise ValueError(f"{where}['name'] is {definition['name']!r}; a tool name is 1 to 64 letters, digits, '_' "
                          f"or '-' (no spaces or line breaks, which would change how the tools are shown)")
     return definition
+
+
+def tool_definitions(tools) -> list[dict]:
+    """``tools`` (``llmkit.chat.tools.Tool`` objects or definition dicts) as checked definitions: the
+    one place a tool list is read, so the prompt, the constraint and the client agree on it. Two
+    tools with one name are refused: the model could not tell them apart."""
+    if tools is None:
+        return []
+    if isinstance(tools, (dict, str)) or not isinstance(tools, (list, tuple)):
+        raise TypeError(f"tools must be a list of Tool objects or tool definitions, got {type(tools).__name__}")
+    definitions = [_check_tool(item, f"tools[{i}]") for i, item in enumerate(tools)]
+    names = [definition["name"] for definition in definitions]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"tools has more than one tool named {repeated}; the model could not tell them apart")
+    return definitions
 
 
 # ---------------------------------------------------------------------------------------------- render
@@ -270,7 +289,7 @@ def render(tokenizer, messages: list[dict], *, tools=None, system: str | None = 
         raise TypeError(f"system must be a str or None, got {type(system).__name__}")
     if not isinstance(messages, list):
         raise TypeError(f"messages must be a list of {{'role', 'content'}} dicts, got {type(messages).__name__}")
-    definitions = [_check_tool(item, f"tools[{i}]") for i, item in enumerate(tools or [])]
+    definitions = tool_definitions(tools)
     row = _Row(tokenizer)
     if system:
         row.marker("system", "system", False)
@@ -415,9 +434,7 @@ def _render_user(row: _Row, blocks: list[dict], index: int, calls: _ToolCalls) -
 
 def _render_result(row: _Row, block: dict, where: str) -> None:
     """``<|tool_result|>content<|end_tool_result|>`` for a tool_result or server_tool_result block."""
-    is_error = block.get("is_error", False)
-    if not isinstance(is_error, bool):
-        raise TypeError(f"{where}['is_error'] must be True or False, got {is_error!r}")
+    is_error = check_bool(f"{where}['is_error']", block.get("is_error", False))
     row.marker("tool_result", "tool_result", False)
     content = _result_text(block.get("content", ""), where)
     row.text((ERROR_PREFIX if is_error else "") + content, "tool_result", False)
