@@ -19,63 +19,18 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import anthropic
 import httpx
+
+from llmkit.course.serving import run_load
 
 QUESTIONS = ["What is the weather in Pune?", "Count the letter r in strawberry.", "What is 17 times 23?",
              "Say hello to Asha.", "What does a KV cache store?", "Name three colours.", "Who wrote Hamlet?",
              "Is it raining in Mumbai?", "What is 9 plus 10?", "Spell 'banana' backwards.",
              "What is a token?", "Why is the sky blue?", "How many days are in a week?", "What is BPE?",
              "Tell me a short fact.", "What is 144 divided by 12?"]
-
-
-def one_request(client: anthropic.Anthropic, model: str, question: str, max_tokens: int) -> tuple[int, float]:
-    """(output tokens, seconds to the first streamed event after message_start)."""
-    started, first = time.perf_counter(), None
-    with client.messages.stream(model=model, max_tokens=max_tokens, messages=[{"role": "user", "content": question}],
-                                extra_body={"temperature": 0}) as stream:
-        for event in stream:
-            if first is None and event.type in ("content_block_start", "content_block_delta"):
-                first = time.perf_counter() - started
-        usage = stream.get_final_message().usage
-    return usage.output_tokens, first if first is not None else time.perf_counter() - started
-
-
-def run_load(client, model: str, questions: list[str], concurrency: int, max_tokens: int) -> dict:
-    results: list = []
-    lock, queue = threading.Lock(), list(questions)
-
-    def worker():
-        while True:
-            with lock:
-                if not queue:
-                    return
-                question = queue.pop()
-            outcome = one_request(client, model, question, max_tokens)
-            with lock:
-                results.append(outcome)
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    tokens = sum(n for n, _ in results)
-    ttft = sorted(t for _, t in results)
-    return {"tokens": tokens, "seconds": elapsed, "tokens_per_s": tokens / elapsed,
-            "ttft_p50": statistics.median(ttft), "ttft_p95": ttft[min(len(ttft) - 1, int(0.95 * len(ttft)))]}
-
-
-def watch_blocks(url: str, stop: threading.Event, seen: list[int]) -> None:
-    with httpx.Client() as http:
-        while not stop.is_set():
-            seen += http.get(url + "/v1/stats").json()["kv_blocks"]["per_running_request"]
-            time.sleep(0.02)
 
 
 def start_server(args) -> tuple[subprocess.Popen, str]:
@@ -118,17 +73,15 @@ def main() -> None:
         alone = run_load(client, model, questions, 1, args.max_tokens)
         print(f"{'clients':>8} {'tokens/s':>9} {'vs one at a time':>17} {'TTFT p50':>9} {'TTFT p95':>9}")
         seen: list[int] = []
-        for concurrency in (1, 2, 4, 8, 16):
-            stop = threading.Event()
-            watcher = threading.Thread(target=watch_blocks, args=(url, stop, seen))
-            watcher.start()
-            load = run_load(client, model, questions, concurrency, args.max_tokens)
-            stop.set()
-            watcher.join()
-            print(f"{concurrency:>8} {load['tokens_per_s']:>9.1f} {load['tokens_per_s'] / alone['tokens_per_s']:>16.2f}x "
-                  f"{load['ttft_p50'] * 1000:>7.0f}ms {load['ttft_p95'] * 1000:>7.0f}ms")
-        print(f"{'alone':>8} {alone['tokens_per_s']:>9.1f} {1:>16.2f}x {alone['ttft_p50'] * 1000:>7.0f}ms "
-              f"{alone['ttft_p95'] * 1000:>7.0f}ms   (the same requests, one at a time)")
+        with httpx.Client() as http:
+            for clients in (1, 2, 4, 8, 16):
+                load = run_load(client, model, questions, clients, args.max_tokens,
+                                stats=lambda: http.get(url + "/v1/stats").json())
+                seen += load.blocks_per_request
+                print(f"{clients:>8} {load.tokens_per_s:>9.1f} {load.tokens_per_s / alone.tokens_per_s:>16.2f}x "
+                      f"{load.median_first_token_s * 1000:>7.0f}ms {load.first_token_percentile(0.95) * 1000:>7.0f}ms")
+        print(f"{'alone':>8} {alone.tokens_per_s:>9.1f} {1:>16.2f}x {alone.median_first_token_s * 1000:>7.0f}ms "
+              f"{alone.first_token_percentile(0.95) * 1000:>7.0f}ms   (the same requests, one at a time)")
         kv = httpx.get(url + "/v1/stats").json()["kv_blocks"]
         per_block = kv["pool_mib"] / kv["total"]
         window = httpx.get(url + "/v1/models").json()["data"][0]["context_window"]

@@ -1,0 +1,88 @@
+"""Load experiments against ``llmkit serve`` (notebook 12 and ``benchmarks/serve.py``).
+
+The same requests are sent by 1, 2, 4, ... clients at once, each streaming its reply through an
+official SDK client; what comes back is the aggregate output tokens per second, each request's
+time to first token, and (read from ``/v1/stats`` while the load runs) the KV blocks each running
+request held. Continuous batching shows up as tokens/s rising with the number of clients while
+time to first token grows only slowly.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Load:
+    """One load level: ``clients`` streaming at once."""
+
+    clients: int
+    output_tokens: int
+    seconds: float
+    first_token_s: list[float]
+    blocks_per_request: list[int] = field(default_factory=list)  # samples of /v1/stats while it ran
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.seconds
+
+    def first_token_percentile(self, q: float) -> float:
+        ordered = sorted(self.first_token_s)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    @property
+    def median_first_token_s(self) -> float:
+        return statistics.median(self.first_token_s)
+
+
+def stream_one(client, model: str, question: str, max_tokens: int) -> tuple[int, float]:
+    """Stream one greedy reply with an Anthropic SDK client: (output tokens, seconds to its first content)."""
+    started, first = time.perf_counter(), None
+    with client.messages.stream(model=model, max_tokens=max_tokens, messages=[{"role": "user", "content": question}],
+                                extra_body={"temperature": 0}) as stream:
+        for event in stream:
+            if first is None and event.type in ("content_block_start", "content_block_delta"):
+                first = time.perf_counter() - started
+        usage = stream.get_final_message().usage
+    return usage.output_tokens, time.perf_counter() - started if first is None else first
+
+
+def run_load(client, model: str, questions: list[str], clients: int, max_tokens: int,
+             stats=None) -> Load:
+    """Send every question, ``clients`` at a time; ``stats`` (a function returning ``/v1/stats``)
+    is sampled meanwhile for the blocks each running request holds."""
+    results: list[tuple[int, float]] = []
+    pending, lock, done = list(questions), threading.Lock(), threading.Event()
+    blocks: list[int] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                question = pending.pop()
+            outcome = stream_one(client, model, question, max_tokens)
+            with lock:
+                results.append(outcome)
+
+    def watch() -> None:
+        while not done.is_set():
+            blocks.extend(stats()["kv_blocks"]["per_running_request"])
+            done.wait(0.02)
+
+    watcher = threading.Thread(target=watch) if stats is not None else None
+    if watcher is not None:
+        watcher.start()
+    started = time.perf_counter()
+    workers = [threading.Thread(target=worker) for _ in range(clients)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    seconds = time.perf_counter() - started
+    done.set()
+    if watcher is not None:
+        watcher.join()
+    return Load(clients, sum(n for n, _ in results), seconds, [t for _, t in results], blocks)
