@@ -161,7 +161,9 @@ def run_one(client, spec: SkillConversation, *, max_tokens: int = 96, max_iterat
                            system=spec.system, temperature=0.0, cache=False)
     except ContextWindowError:
         return [], "context_window"
-    return result.transcript[len(prompt):], result.final.stop_reason
+    # the loop's own reason when it ended early (context window, iteration limit), else the reply's
+    answered = result.stop_reason == "answered" and result.final is not None
+    return result.transcript[len(prompt):], result.final.stop_reason if answered else result.stop_reason
 
 
 def evaluate_skills(client, *, per_kind: int = 100, splits=SPLITS[1:], kinds=KINDS, seed: int = 0,
