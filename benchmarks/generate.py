@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llmkit.generation.generate import PrefixCache, generate  # noqa: E402
 from llmkit.model.config import ModelConfig  # noqa: E402
+from llmkit.model.fast import fast_path  # noqa: E402
 from llmkit.model.transformer import Transformer  # noqa: E402
 from llmkit.model.weights import from_hf  # noqa: E402
 from llmkit.paths import DATA_DIR  # noqa: E402
@@ -124,9 +125,11 @@ def prefill_vs_decode(ours: Transformer, hf, repeats: int) -> None:
     print("\n== Prefill vs decode: 6 x 384 model, 512-token prompt ==")
     prompt = torch.randint(0, 4096, (1, 512), generator=torch.Generator().manual_seed(3))
 
+    fast = fast_path(ours)  # what generate runs for an eval-mode model without hooks
+
     def llmkit_prefill():
         with torch.inference_mode():
-            ours(prompt, cache=ours.new_cache(max_length=512), last_only=True)
+            fast(prompt, cache=ours.new_cache(max_length=512), last_only=True)
 
     def hf_prefill():
         with torch.inference_mode():
@@ -241,13 +244,13 @@ def caching_ceiling(model: Transformer, last_run: list, words: torch.Tensor, rep
         history = prompt + turn.tokens
     cached = last_run[-1].usage.cache_read_input_tokens
     ids = torch.tensor([prompt])
-    cache = model.new_cache(1, max_length=len(prompt))
+    cache, fast = model.new_cache(1, max_length=len(prompt)), fast_path(model)  # the path generate takes
     with torch.inference_mode():
-        model(ids[:, :cached], cache=cache)
+        fast(ids[:, :cached], cache=cache)
 
         def tail(start: int):
             cache.length = start
-            return model(ids[:, start:], cache=cache, last_only=True)
+            return fast(ids[:, start:], cache=cache, last_only=True)
 
         times, _ = race({"whole prompt": lambda: tail(0), "new tokens only": lambda: tail(cached),
                          "one token": lambda: tail(len(prompt) - 1)}, max(repeats, 10))

@@ -17,6 +17,9 @@ training mode, has a forward hook, or has an explicit or swapped-in layer; then 
 ``llmkit.model.transformer`` run, so hooks see every step. The loop itself always runs in eval
 mode (no dropout) and gives every module its own mode back at the end.
 
+Requests keep their state to themselves (KV cache, fast path, samples), so several threads may
+generate from one eval-mode model at once and share one ``PrefixCache``, which locks its own trie.
+
 Two options rule tokens out before each draw (``llmkit.generation.sampling.mask_tokens``): ``suppress_tokens``
 never lets some ids be drawn (the client bans the thinking markers this way), and ``constraint``
 asks a ``TokenConstraint`` at every step which tokens may come next (``llmkit.chat.constrained`` keeps

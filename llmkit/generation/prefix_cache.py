@@ -94,8 +94,8 @@ class PrefixCache:
     One cache serves one model, and it empties itself when that model's weights change. Weights can
     change behind PyTorch's back (``w.data.mul_(0.5)`` moves no version counter and no pointer), so
     the cache looks at the numbers themselves: at every ``load`` and ``store`` it compares
-    ``SAMPLES_PER_TENSOR`` evenly spaced numbers of every parameter with those it saw last (about
-    a tenth of a millisecond; reading every weight would cost as much as a forward pass). That sees
+    ``SAMPLES_PER_TENSOR`` evenly spaced numbers of every parameter with those it saw last (a few
+    microseconds per tensor; reading every weight would cost as much as a forward pass). That sees
     any optimiser step, ``load_state_dict``, re-initialisation or scaling of a tensor; an edit of a
     few numbers can fall between the samples, so after editing weights by hand call ``clear()``.
 
@@ -263,9 +263,8 @@ class PrefixCache:
 
 def _sample_weights(model: Transformer) -> torch.Tensor:
     """``SAMPLES_PER_TENSOR`` evenly spaced numbers of every parameter, in one new tensor."""
-    with torch.no_grad():
-        return torch.cat([p.detach().reshape(-1)[::max(1, p.numel() // SAMPLES_PER_TENSOR)]
-                          for p in model.parameters()])
+    with torch.inference_mode():
+        return torch.cat([p.reshape(-1)[::max(1, p.numel() // SAMPLES_PER_TENSOR)] for p in model.parameters()])
 
 
 def _same(a: torch.Tensor, b: torch.Tensor | None) -> bool:
