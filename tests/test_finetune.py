@@ -308,3 +308,21 @@ def test_repeat_conversations_say_the_words_back_and_fresh_ones_invent_every_wor
         said = c.messages[-1]["content"].split()
         assert said == c.expected.facts["items"] and not set(said) & heldout
         assert c.messages[0]["content"].endswith(c.messages[-1]["content"])
+
+
+def test_every_shipped_config_still_loads():
+    from llmkit.training.config import TrainConfig
+
+    for path in sorted(data_path("models", "chat").glob("*_config.json")):
+        assert ChatFinetuneConfig.from_json(path).max_steps > 0
+    assert TrainConfig.from_json(data_path("models", "base", "train_config.json")).max_steps == 640
+
+
+def test_resume_of_a_run_that_stopped_early_ends_where_an_uninterrupted_one_does(tiny_base, tmp_path):
+    common = dict(base_model=str(tiny_base), kinds=["direct"], batch_size=2, max_steps=4, warmup_steps=1,
+                  log_every=1, eval_every=4, checkpoint_every=2, heldout_examples=2, device="cpu", threads=1)
+    whole = finetune_chat("sft", ChatFinetuneConfig(out_dir=str(tmp_path / "whole"), **common), progress=False)
+    split_cfg = ChatFinetuneConfig(out_dir=str(tmp_path / "split"), **common)
+    finetune_chat("sft", split_cfg, stop_after=2, progress=False)
+    split = finetune_chat("sft", split_cfg, resume=True, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), split.state_dict().values()))
