@@ -37,13 +37,6 @@ class ScriptedTurns:
         self.messages = self
         self.count_tokens = self.client.count_tokens
 
-    @property
-    def context_window(self) -> int:
-        return self.client.context_window
-
-    def render(self, **request):
-        return self.client.messages.render(**request)
-
     def create(self, *, messages, tools, **kwargs):
         self.model.prompt_length = len(self.client.messages.render(messages=messages, tools=tools))
         turn = self.turns[min(len(self.sent), len(self.turns) - 1)]

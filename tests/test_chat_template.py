@@ -283,8 +283,10 @@ def test_errors_for_arguments(tok):
         render(tok, {"role": "user", "content": "x"})
     with pytest.raises(TypeError, match="system"):
         render(tok, [], system=3)
-    with pytest.raises(ValueError, match=r"tools\[0\]\['description'\]"):
+    with pytest.raises(ValueError, match=r"tools\[0\] has no 'description'"):
         render(tok, [], tools=[{"name": "f", "input_schema": {}}])
+    with pytest.raises(TypeError, match=r"tools\[0\]\['input_schema'\] must be a dict"):
+        render(tok, [], tools=[{"name": "f", "description": "d", "input_schema": "{}"}])
     with pytest.raises(ValueError, match=r"tools\[0\]\['name'\]"):
         render(tok, [], tools=[{"name": "", "description": "d", "input_schema": {}}])
     plain = Tokenizer.from_merges([], special_tokens=["<|endoftext|>"])

@@ -20,10 +20,9 @@ And whatever happens, the loop returns its transcript. What it does when things 
   huge result). The loop keeps the ``transcript`` whole but sends the model less: first it drops
   the oldest tool exchanges (a call and its result, together), keeping the newest; then it cuts
   the longest tool result, ending it with a visible note that says how much was cut. If even that
-  cannot make the request fit, it stops with ``stop_reason`` "context_window". With a client that
-  can render the prompt (``llmkit.chat.client.Client``) it also makes room for a whole reply of
-  ``max_tokens``, so a tool call is not cut off by a full window. ``AgentResult.notes`` lists every
-  drop and cut.
+  cannot make the request fit, it stops with ``stop_reason`` "context_window". A reply that the
+  full window cut off (stop reason "context_window": half a tool call, say) is asked for again
+  once room is made; ``AgentResult.notes`` lists every drop, cut and retry.
 - **The ``approve`` hook raises** (or answers something other than "allow" or "deny"). A broken
   permission check must not run the tool, so the call gets an error result ("not run"), and the
   loop stops with ``stop_reason`` "approve_failed" and the exception in ``AgentResult.error``.
@@ -114,6 +113,12 @@ def _loop(client, context: list[dict], tools: list[Tool], result: AgentResult, m
     while result.iterations < max_iterations:
         try:
             reply = _ask(client, context, tools, create_kwargs, result.notes, count_tokens)
+            while reply.stop_reason == "context_window":  # the window filled up while the model wrote
+                note = make_room(context, _room_wanted(reply, create_kwargs), count_tokens)
+                if note is None:
+                    break  # nothing more can go: the cut-off reply is the answer, and says why it stopped
+                result.notes.append(f"{note}; the reply the full window had cut off was asked for again")
+                reply = _ask(client, context, tools, create_kwargs, result.notes, count_tokens)
         except ContextWindowError as exc:
             result.stop_reason, result.error = "context_window", exc
             return
@@ -136,7 +141,6 @@ def _loop(client, context: list[dict], tools: list[Tool], result: AgentResult, m
 
 def _ask(client, context: list[dict], tools: list[Tool], create_kwargs: dict, notes: list[str], count_tokens):
     """One model call; while the request does not fit the window, make room in ``context`` and retry."""
-    _room_for_the_reply(client, context, tools, create_kwargs, notes, count_tokens)
     while True:
         try:
             return client.messages.create(messages=copy.deepcopy(context), tools=tools, **create_kwargs)
@@ -147,21 +151,12 @@ def _ask(client, context: list[dict], tools: list[Tool], create_kwargs: dict, no
             notes.append(note)
 
 
-def _room_for_the_reply(client, context: list[dict], tools: list[Tool], create_kwargs: dict, notes: list[str],
-                        count_tokens) -> None:
-    """Make room for a whole reply of ``max_tokens`` too, when the client can say how long the prompt
-    is: a tool call cut off by a full window would only be an error for the model to read."""
-    window, render = getattr(client, "context_window", None), getattr(client.messages, "render", None)
-    max_tokens = create_kwargs.get("max_tokens")
-    if not (is_int(window) and is_int(max_tokens) and callable(render)) or "previous_id" in create_kwargs:
-        return
-    while True:
-        prompt = render(messages=context, tools=tools, system=create_kwargs.get("system"))
-        over_by = len(prompt) + max_tokens - window
-        note = make_room(context, over_by, count_tokens) if over_by > 0 else None
-        if note is None:
-            return  # it fits, or nothing more can go: the reply may then stop at the window
-        notes.append(note)
+def _room_wanted(reply, create_kwargs: dict) -> int:
+    """Tokens more that a reply cut off by the window needed: the rest of its ``max_tokens`` budget
+    (or as many again as it wrote, when the budget is unknown)."""
+    written = max(1, reply.usage.output_tokens)
+    budget = create_kwargs.get("max_tokens")
+    return max(1, budget - written) if is_int(budget) else written
 
 
 def _answer_all(calls: list[dict], tools: list[Tool], approve, timeout_s: float, trace: Trace | None,
