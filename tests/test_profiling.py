@@ -7,7 +7,9 @@ import pytest
 
 from llmkit.generation.generate import PrefixCache
 from llmkit.model.config import estimate_cost
-from llmkit.course.profiling import context_costs, prefill_vs_decode, read_costs, replay_conversation, token_times
+from llmkit.chat.client import Client
+from llmkit.course.profiling import (context_costs, median_time_to_first_token, prefill_vs_decode, read_costs,
+                                     replay_chat, replay_conversation, token_times)
 from llmkit.generation.sampling import SamplingParams
 
 MESSAGES = ["ROMEO.\nGood morrow, fair Juliet.\n\nJULIET.\n", "ROMEO.\nWhy dost thou weep?\n\nJULIET.\n",
@@ -84,3 +86,18 @@ def test_replay_conversation_with_sampling_is_reproducible(model, tokenizer):
     again = replay_conversation(model, tokenizer, MESSAGES, sampling=hot, seed=3, max_new_tokens=6)[1]
     other = replay_conversation(model, tokenizer, MESSAGES, sampling=hot, seed=4, max_new_tokens=6)[1]
     assert first == again and first != other
+
+
+def test_replay_chat_continues_the_stored_conversation(model, tokenizer):
+    said = ["My name is Ada.", "Who wrote Hamlet?", "Thank you!"]
+    create = dict(system="Be brief.", max_tokens=4, temperature=0)
+    cached = replay_chat(Client.from_model(model, tokenizer), said, **create)
+    client = Client.from_model(model, tokenizer)
+    plain = replay_chat(client, said, cache=False, **create)
+    assert [r.text for r in cached] == [r.text for r in plain] and [r.number for r in plain] == [1, 2, 3]
+    assert len(client.conversations[plain[-1].id][2]) == 2 * len(said)  # every question and reply, stored
+    for before, row in zip(plain, plain[1:]):  # each request re-sends the one before it, and its reply
+        assert row.prompt_tokens > before.prompt_tokens + before.usage.output_tokens - 1
+    assert all(r.usage.cache_read_input_tokens == 0 for r in plain)
+    assert all(r.usage.cache_read_input_tokens > 0 for r in cached[1:])
+    assert len(median_time_to_first_token([cached, plain])) == 3

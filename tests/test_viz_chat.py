@@ -15,7 +15,7 @@ from llmkit.chat.client import Client  # noqa: E402
 from llmkit.course.tools import get_weather  # noqa: E402
 from llmkit.chat.trace import Trace  # noqa: E402
 from llmkit.viz import chat as vc  # noqa: E402
-from llmkit.viz.trace import request_rows  # noqa: E402
+from llmkit.chat.trace import request_rows  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SYSTEM = "You are a helpful assistant."

@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from llmkit.chat.client import Client  # noqa: E402
 from llmkit.model.transformer import ModelConfig  # noqa: E402
 from llmkit.course.tools import get_weather  # noqa: E402
-from llmkit.chat.trace import Bill, Trace  # noqa: E402
+from llmkit.chat.trace import Bill, Trace, request_rows  # noqa: E402
 from llmkit.course.profiling import median_time_to_first_token  # noqa: E402
 from llmkit.viz import trace as vt  # noqa: E402
 from scripted_model import ScriptedModel  # noqa: E402
@@ -66,7 +66,7 @@ def test_request_rows_agree_with_each_reply(tiny_client):
                                         temperature=0, trace=trace)
     history = [*ask("My name is Ada."), first.to_param(), *ask("What is my name?")]
     second = tiny_client.messages.create(messages=history, system=SYSTEM, max_tokens=6, temperature=0, trace=trace)
-    rows = vt.request_rows(trace)
+    rows = request_rows(trace)
     assert [row.number for row in rows] == [1, 2] and [row.id for row in rows] == [first.id, second.id]
     for row, reply, messages in zip(rows, (first, second), (ask("My name is Ada."), history)):
         prompt = tiny_client.messages.render(messages=messages, system=SYSTEM)
@@ -86,7 +86,7 @@ def test_thinking_tokens_are_counted_per_request(tokenizer):
     trace = Trace()
     reply = client.messages.create(messages=ask("Weather?"), tools=[get_weather], max_tokens=30, temperature=0,
                                    trace=trace)
-    (row,) = vt.request_rows(trace)
+    (row,) = request_rows(trace)
     assert row.usage.thinking_tokens == reply.usage.thinking_tokens > 0 and row.tools > 0
     assert row.usage.output_tokens == len(tokenizer.encode(written, allowed_special="all"))
     lines = vt.itemised_bill([row]).splitlines()
@@ -94,15 +94,15 @@ def test_thinking_tokens_are_counted_per_request(tokenizer):
 
 
 def test_request_rows_skip_tool_events_and_refuse_incomplete_requests():
-    rows = vt.request_rows(agent_like_trace())
+    rows = request_rows(agent_like_trace())
     assert [(r.number, r.stop_reason, r.prompt_tokens, r.usage.thinking_tokens) for r in rows] == [
         (1, "tool_use", 84, 16), (2, "end_turn", 230, 0)]
     assert rows[0].usage.time_to_first_token == pytest.approx(0.010) and rows[1].decode_time == pytest.approx(0.100)
-    assert vt.request_rows(Trace()) == []
+    assert request_rows(Trace()) == []
     broken = Trace()
     broken.add("request", request=1, id="msg_0001")
     with pytest.raises(ValueError, match="msg_0001 has no context, prefill, answer, bill event"):
-        vt.request_rows(broken)
+        request_rows(broken)
 
 
 def test_a_request_with_a_server_tool_adds_up_its_rounds():
@@ -120,7 +120,7 @@ def test_a_request_with_a_server_tool_adds_up_its_rounds():
     trace.add("prefill", t=0.12, duration=0.02, input_tokens=44, cache_read_input_tokens=80)
     trace.add("answer", t=0.14, duration=0.05, stop_reason="end_turn", text="Take one.", content=[], output_tokens=6)
     trace.add("bill", bill=Bill(104, 80, 26))
-    (row,) = vt.request_rows(trace)
+    (row,) = request_rows(trace)
     assert (row.rounds, row.usage.input_tokens, row.usage.cache_read_input_tokens, row.usage.output_tokens, row.usage.thinking_tokens) == (
         2, 104, 80, 26, 5)
     assert row.stop_reason == "end_turn" and row.text == "Take one." and row.usage.time_to_first_token == 0.01
@@ -137,7 +137,7 @@ def test_median_time_to_first_token_is_per_request():
             trace.add("prefill", duration=s, input_tokens=5, cache_read_input_tokens=0)
             trace.add("answer", duration=0.1, stop_reason="end_turn", text="", output_tokens=1)
             trace.add("bill", bill=Bill(5, 0, 1))
-        return vt.request_rows(trace)
+        return request_rows(trace)
 
     runs = [run(0.3, 0.1), run(0.1, 0.2), run(0.2, 0.9)]
     assert median_time_to_first_token(runs) == pytest.approx([0.2, 0.2])
@@ -148,7 +148,7 @@ def test_median_time_to_first_token_is_per_request():
 
 
 def test_the_itemised_bill_adds_up():
-    rows = vt.request_rows(agent_like_trace())
+    rows = request_rows(agent_like_trace())
     text = vt.itemised_bill(rows)
     assert "thinking" in text and "16 tokens x $10/M = $0.000160" in text
     assert "other output     69 tokens x $10/M" in text  # 64 - 16 + 21
@@ -189,7 +189,7 @@ def test_the_timeline_draws_each_event_and_outlines_the_current_one():
 
 
 def test_the_bill_plot_splits_tokens_and_dollars():
-    rows = vt.request_rows(agent_like_trace())
+    rows = request_rows(agent_like_trace())
     figure = vt.plot_bill(rows)
     left, right = figure.axes
     assert left.get_ylabel() == "tokens" and right.get_ylabel() == "dollars" and left.get_xlabel()

@@ -4,8 +4,8 @@ A chat reply looks like one step, but the harness does several: it assembles the
 prompt, tool definitions, the history re-sent in full, the new message), the model prefills it
 (part of it may be served from the prompt cache), thinks, answers or asks for a tool, the harness
 runs the tool and sends its result back, and so on. A ``Trace`` records each of those as an
-event with a timestamp, so a notebook can print it (``summary``) or draw it
-(``llmkit.viz.trace``). Pass one to ``Client.messages.create(..., trace=t)`` or ``run_agent``.
+event with a timestamp, so a notebook can print it (``summary``), read it as one row per request
+(``request_rows``) or draw it (``llmkit.viz.trace``). Pass one to ``Client.messages.create(..., trace=t)`` or ``run_agent``.
 
 The bill follows the usual price table: input tokens the model read, input tokens served from
 the prompt cache (much cheaper: nothing was computed), and output tokens (dearer: one forward
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmkit.checks import check_number
+from llmkit.generation.generate import Usage
 
 PER_MILLION = 1_000_000
 
@@ -174,3 +175,81 @@ def _describe(event: Event) -> str:
 def _short(text: str, limit: int = 60) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# --- one row per request ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RequestRow:
+    """One request of a trace: its prompt by part, its usage, why it stopped, its decode time and bill.
+
+    ``history`` counts the earlier messages re-sent with it; ``new_message`` the newest message (a
+    user message or a tool result) plus the ``<|assistant|>`` header that asks for the reply.
+    ``usage`` is the request's ``Usage``, as ``Message.usage`` reports it. Times are in seconds.
+    (With a server tool the model reads its context again after the result, so the input counts
+    every round's prompt.)"""
+
+    number: int  # 1, 2, ... in the order of the trace
+    id: str
+    system: int
+    tools: int
+    history: int
+    new_message: int
+    dropped_messages: int
+    usage: Usage
+    stop_reason: str
+    decode_time: float
+    bill: Bill
+    text: str
+    rounds: int = 1  # generations: more than one when the client ran a server tool inside the request
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.usage.prompt_tokens
+
+    @property
+    def billed_tokens(self) -> int:
+        """Every token on the bill: the whole prompt (cached or not) plus the output."""
+        return self.prompt_tokens + self.usage.output_tokens
+
+    @property
+    def cost(self) -> float:
+        return self.bill.total
+
+
+REQUEST_EVENTS = ("context", "prefill", "thinking", "answer", "bill")
+
+
+def request_rows(trace: Trace) -> list[RequestRow]:
+    """One row per request recorded by ``Client.messages.create(..., trace=trace)``, in order.
+
+    A request's events run from its "request" event to the next one; the agent loop's tool events
+    in between belong to no request and are skipped. A request in which the client ran a server
+    tool has several generations (a prefill, decode and maybe thinking each): its row adds them
+    up, as its bill does, and keeps the first time to first token and the last stop reason."""
+    groups: list[dict[str, list[Event]]] = []
+    for event in trace.events:
+        if event.kind == "request":
+            groups.append({"request": [event]})
+        elif groups and event.kind in REQUEST_EVENTS:
+            groups[-1].setdefault(event.kind, []).append(event)
+    return [_request_row(number, group) for number, group in enumerate(groups, start=1)]
+
+
+def _request_row(number: int, group: dict[str, list[Event]]) -> RequestRow:
+    missing = [kind for kind in ("context", "prefill", "answer", "bill") if kind not in group]
+    if missing:
+        raise ValueError(f"request {group['request'][0].data.get('id', number)} has no {', '.join(missing)} event: "
+                         f"record traces with Client.messages.create(..., trace=trace) or run_agent(..., trace=trace)")
+    context, prefills, answers = group["context"][0].data, group["prefill"], group["answer"]
+    return RequestRow(
+        number, group["request"][0].data.get("id", ""), context["system"], context["tools"], context["history"],
+        context["new_message"], context.get("dropped_messages", 0),
+        usage=Usage(input_tokens=sum(p.data["input_tokens"] for p in prefills),
+                    cache_read_input_tokens=sum(p.data["cache_read_input_tokens"] for p in prefills),
+                    output_tokens=sum(a.data["output_tokens"] for a in answers),
+                    thinking_tokens=sum(t.data["tokens"] for t in group.get("thinking", [])),
+                    time_to_first_token=prefills[0].duration, server_tool_calls=len(answers) - 1),
+        stop_reason=answers[-1].data["stop_reason"],
+        decode_time=sum(a.duration for a in answers), bill=group["bill"][-1].data["bill"],
+        text="".join(a.data.get("text", "") for a in answers), rounds=len(answers))

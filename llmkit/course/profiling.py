@@ -15,6 +15,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from llmkit.chat.client import Client
+from llmkit.chat.trace import RequestRow, Trace, request_rows
 from llmkit.generation.generate import PrefixCache, StopEvent, Usage, generate, stream
 from llmkit.model.transformer import Transformer
 from llmkit.generation.sampling import SamplingParams
@@ -173,9 +175,25 @@ def replay_conversation(model: Transformer, tokenizer, messages: Sequence[str], 
 
 def median_time_to_first_token(runs: Sequence[Sequence[Any]]) -> list[float]:
     """Per request, the median time to first token over several runs of the same requests (each
-    run a list of rows with a ``usage``: ``Turn``, ``llmkit.viz.trace.RequestRow``). Timings on a
+    run a list of rows with a ``usage``: ``Turn``, ``llmkit.chat.trace.RequestRow``). Timings on a
     shared machine are noisy; the median of a few runs is steadier than any one."""
     if not runs or len({len(run) for run in runs}) != 1:
         raise ValueError(f"runs must be one or more runs with the same number of requests, got lengths "
                          f"{[len(run) for run in runs]}")
     return [statistics.median(run[i].usage.time_to_first_token for run in runs) for i in range(len(runs[0]))]
+
+
+def replay_chat(client: Client, messages: Sequence[str], *, system: str | None = None,
+                **create: Any) -> list[RequestRow]:
+    """Send ``messages`` as user turns, one request each, continuing the stored conversation
+    (``previous_id``) the way a chat app does, and return one ``RequestRow`` per turn.
+
+    ``create`` goes to every ``client.messages.create`` (``max_tokens``, ``temperature``, ``cache``,
+    ...). Pass a fresh ``Client.from_model(model, tokenizer)`` to start with an empty prompt cache;
+    the last row's ``id`` is the stored conversation's id in ``client.conversations``."""
+    trace, previous = Trace(), None
+    for text in messages:
+        reply = client.messages.create(messages=[{"role": "user", "content": text}], system=system,
+                                       previous_id=previous, trace=trace, **create)
+        previous = reply.id
+    return request_rows(trace)

@@ -10,7 +10,7 @@ Notebook 08: ``prompt_html`` shows exactly what one request sends, with a string
 wherever it occurs (``text_positions``) and an optional cache breakpoint; ``plot_chat_growth`` and
 ``chat_growth_slider`` show a conversation re-sent every turn filling the context window and the
 bill; ``plot_caching`` compares the same conversation with and without the prompt cache. The
-numbers come from ``llmkit.viz.trace.request_rows`` of a recorded ``Trace``.
+numbers come from ``llmkit.chat.trace.request_rows`` of a recorded ``Trace``.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from llmkit.checks import check_int
 from llmkit.chat.template import Rendered
 from llmkit.viz.first_taste import show_piece
 from llmkit.course.profiling import median_time_to_first_token
-from llmkit.viz.trace import RequestRow
+from llmkit.chat.trace import RequestRow
 
 ROLE_COLOURS = {"system": "#e2d9f3", "tools": "#fff3cd", "user": "#cce5ff", "tool_result": "#d1ecf1",
                 "assistant": "#d4edda"}

@@ -1,9 +1,8 @@
 """Notebook pictures of a ``llmkit.chat.trace.Trace``: where the time and the money of a request went.
 
 Plain data first (testable without a display): ``timeline_rows`` (one row per timed event),
-``request_rows`` (one ``RequestRow`` per request: its prompt by part, tokens, stop reason,
-timings and bill), ``event_story`` (one event in words) and ``itemised_bill`` (the bill as text,
-thinking split out of the output). Then the pictures: ``plot_trace`` (prefill, decode and tool
+``event_story`` (one event in words) and ``itemised_bill`` (the bill as text, thinking split out
+of the output), from ``llmkit.chat.trace.request_rows`` (one ``RequestRow`` per request). Then the pictures: ``plot_trace`` (prefill, decode and tool
 runs as bars), ``plot_timeline`` (the same story with the harness's steps and thinking marked,
 notebook 10), ``plot_bill`` (tokens and dollars per request) and ``trace_stepper``, a slider that
 walks through the events one at a time.
@@ -12,10 +11,8 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from llmkit.chat.trace import Bill, Event, Trace
-from llmkit.generation.generate import Usage
+from llmkit.chat.trace import Event, RequestRow, Trace
 
 LANES = {"prefill": "prefill (reading the prompt)", "answer": "decode (writing the reply)",
          "tool_call": "tool run (the harness)"}
@@ -59,84 +56,6 @@ def plot_trace(trace: Trace, title: str = "Where the time went"):
     ax.set_title(f"{title} (total ${trace.bill().total:.6f})")
     fig.tight_layout()
     return fig
-
-
-# ---------------------------------------------------------------- one row per request
-
-@dataclass(frozen=True)
-class RequestRow:
-    """One request of a trace: its prompt by part, its usage, why it stopped, its decode time and bill.
-
-    ``history`` counts the earlier messages re-sent with it; ``new_message`` the newest message (a
-    user message or a tool result) plus the ``<|assistant|>`` header that asks for the reply.
-    ``usage`` is the request's ``Usage``, as ``Message.usage`` reports it. Times are in seconds.
-    (With a server tool the model reads its context again after the result, so the input counts
-    every round's prompt.)"""
-
-    number: int  # 1, 2, ... in the order of the trace
-    id: str
-    system: int
-    tools: int
-    history: int
-    new_message: int
-    dropped_messages: int
-    usage: Usage
-    stop_reason: str
-    decode_time: float
-    bill: Bill
-    text: str
-    rounds: int = 1  # generations: more than one when the client ran a server tool inside the request
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.usage.prompt_tokens
-
-    @property
-    def billed_tokens(self) -> int:
-        """Every token on the bill: the whole prompt (cached or not) plus the output."""
-        return self.prompt_tokens + self.usage.output_tokens
-
-    @property
-    def cost(self) -> float:
-        return self.bill.total
-
-
-REQUEST_EVENTS = ("context", "prefill", "thinking", "answer", "bill")
-
-
-def request_rows(trace: Trace) -> list[RequestRow]:
-    """One row per request recorded by ``Client.messages.create(..., trace=trace)``, in order.
-
-    A request's events run from its "request" event to the next one; the agent loop's tool events
-    in between belong to no request and are skipped. A request in which the client ran a server
-    tool has several generations (a prefill, decode and maybe thinking each): its row adds them
-    up, as its bill does, and keeps the first time to first token and the last stop reason."""
-    groups: list[dict[str, list[Event]]] = []
-    for event in trace.events:
-        if event.kind == "request":
-            groups.append({"request": [event]})
-        elif groups and event.kind in REQUEST_EVENTS:
-            groups[-1].setdefault(event.kind, []).append(event)
-    return [_request_row(number, group) for number, group in enumerate(groups, start=1)]
-
-
-def _request_row(number: int, group: dict[str, list[Event]]) -> RequestRow:
-    missing = [kind for kind in ("context", "prefill", "answer", "bill") if kind not in group]
-    if missing:
-        raise ValueError(f"request {group['request'][0].data.get('id', number)} has no {', '.join(missing)} event: "
-                         f"record traces with Client.messages.create(..., trace=trace) or run_agent(..., trace=trace)")
-    context, prefills, answers = group["context"][0].data, group["prefill"], group["answer"]
-    return RequestRow(
-        number, group["request"][0].data.get("id", ""), context["system"], context["tools"], context["history"],
-        context["new_message"], context.get("dropped_messages", 0),
-        usage=Usage(input_tokens=sum(p.data["input_tokens"] for p in prefills),
-                    cache_read_input_tokens=sum(p.data["cache_read_input_tokens"] for p in prefills),
-                    output_tokens=sum(a.data["output_tokens"] for a in answers),
-                    thinking_tokens=sum(t.data["tokens"] for t in group.get("thinking", [])),
-                    time_to_first_token=prefills[0].duration, server_tool_calls=len(answers) - 1),
-        stop_reason=answers[-1].data["stop_reason"],
-        decode_time=sum(a.duration for a in answers), bill=group["bill"][-1].data["bill"],
-        text="".join(a.data.get("text", "") for a in answers), rounds=len(answers))
 
 
 # ---------------------------------------------------------------- in words
