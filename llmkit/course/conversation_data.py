@@ -127,6 +127,12 @@ class Conversation:
         return self.messages[: last_question + 1]
 
     @property
+    def tool_results(self) -> list[dict]:
+        """The ``tool_result`` blocks in the conversation, in order (what the harness sent back)."""
+        return [block for message in self.messages if message["role"] == "user" and isinstance(message["content"], list)
+                for block in message["content"] if block.get("type") == "tool_result"]
+
+    @property
     def before_answer(self) -> list[dict]:
         """Every message but the final answer: the question and any tool call with its real result,
         so that only the answer is left for the model to write."""
