@@ -17,6 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from llmkit.checks import is_int
 from llmkit.files import atomic_copy, atomic_write, fsync_file, fsync_folder, read_limited
 from llmkit.model.transformer import Transformer
 from llmkit.model.weights import load as load_weights, save as save_weights
@@ -104,7 +105,7 @@ def _step_of(folder: Path) -> int | None:
         return None
     complete = all((folder / name).is_file() for name in ("config.json", "model.safetensors", OPTIMIZER_FILE))
     step = state.get("step") if isinstance(state, dict) else None
-    return step if complete and isinstance(step, int) and not isinstance(step, bool) else None
+    return step if complete and is_int(step) else None
 
 
 def find_checkpoint(folder: Path) -> Path:
@@ -159,9 +160,8 @@ def _read_state(folder: Path) -> dict:
         state = json.loads(read_limited(path, what="trainer state"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DamagedFile(f"{path} is not valid JSON ({err}); the checkpoint is damaged") from None
-    needed = {"step": int, "world_size": int, "param_groups": list}
-    wrong = [key for key, kind in needed.items() if not isinstance(state.get(key) if isinstance(state, dict)
-                                                                   else None, kind)]
+    needed = {"step": is_int, "world_size": is_int, "param_groups": lambda value: isinstance(value, list)}
+    wrong = [key for key, valid in needed.items() if not (isinstance(state, dict) and valid(state.get(key)))]
     if wrong:
         raise DamagedFile(f"{path} lacks or garbles {wrong}; the checkpoint is damaged")
     return state
