@@ -24,6 +24,11 @@ LIMITS = {"vocab_size": 1 << 22, "context_length": 1 << 22, "d_model": 1 << 16, 
           "n_heads": 1 << 12, "n_kv_heads": 1 << 12, "d_ff": 1 << 20}
 
 
+class InvalidConfig(ValueError, TypeError):
+    """A config with wrong keys, types or values. One message lists every problem, whatever its
+    kind, so the error is both a ValueError and a TypeError."""
+
+
 def swiglu_hidden_size(d_model: int, multiple_of: int = 32) -> int:
     """SwiGLU has three matrices instead of two, so ~8/3 x d_model keeps the parameter count of 4 x."""
     return multiple_of * math.ceil(8 * d_model / 3 / multiple_of)
@@ -67,7 +72,7 @@ class ModelConfig:
                 object.__setattr__(self, name, float(value))
         problems = self._problems()
         if problems:
-            raise ValueError("invalid ModelConfig:\n  - " + "\n  - ".join(problems))
+            raise InvalidConfig("invalid ModelConfig:\n  - " + "\n  - ".join(problems))
 
     def _problems(self) -> list[str]:
         problems = []

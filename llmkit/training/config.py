@@ -20,14 +20,9 @@ import torch
 
 from llmkit.checks import check_bool, check_int, check_number
 from llmkit.files import read_limited
-from llmkit.model.config import ModelConfig
+from llmkit.model.config import InvalidConfig, ModelConfig
 
 C = TypeVar("C", bound="RunConfig")
-
-
-class InvalidConfig(ValueError, TypeError):
-    """A run config with wrong keys, types or values; it is both a ValueError and a TypeError,
-    because one message lists every problem, whatever its kind."""
 
 
 @dataclass(kw_only=True)
@@ -255,6 +250,8 @@ def model_config(section: dict, vocab_size: int, source: str = "the config") -> 
     check_keys(section, known, f"the model section of {source}")
     try:
         return presets[family](vocab_size=vocab_size, **section)
+    except InvalidConfig as exc:
+        raise InvalidConfig(f"the model section of {source}: {exc}") from None
     except TypeError as exc:  # a required key is missing
         raise InvalidConfig(f"the model section of {source} is incomplete: {exc}") from None
 
