@@ -92,3 +92,16 @@ def test_an_installed_wheel_loads_both_models_and_generates(wheel, tmp_path):
     for name in ("base", "chat"):
         assert found["models"][name]["params"] > 1_000_000
         assert len(found["models"][name]["tokens"]) >= 1
+
+
+def test_llmkit_data_overrides_where_the_data_is(tmp_path):
+    """LLMKIT_DATA wins over both the checkout's data/ and a packaged copy."""
+    env = {**os.environ, "LLMKIT_DATA": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    probe = "from llmkit.paths import DATA_DIR, data_path; print(DATA_DIR); data_path('models')"
+    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == str(tmp_path)
+    assert "LLMKIT_DATA" in result.stderr and "models is missing" in result.stderr  # names the override
+    env.pop("LLMKIT_DATA")
+    result = subprocess.run([sys.executable, "-c", "from llmkit.paths import DATA_DIR; print(DATA_DIR)"], env=env,
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert Path(result.stdout.strip()) == ROOT / "data"  # from a checkout: the checkout's data/
