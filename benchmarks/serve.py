@@ -13,45 +13,19 @@ At the end the server gets SIGTERM and must stop cleanly.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
-import time
 
 import anthropic
 import httpx
 
 from llmkit.course.serving import run_load
+from llmkit.serve.command import ServerProcess
 
 QUESTIONS = ["What is the weather in Pune?", "Count the letter r in strawberry.", "What is 17 times 23?",
              "Say hello to Asha.", "What does a KV cache store?", "Name three colours.", "Who wrote Hamlet?",
              "Is it raining in Mumbai?", "What is 9 plus 10?", "Spell 'banana' backwards.",
              "What is a token?", "Why is the sky blue?", "How many days are in a week?", "What is BPE?",
              "Tell me a short fact.", "What is 144 divided by 12?"]
-
-
-def start_server(args) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "llmkit", "serve", "--no-auth", "--port", str(port), "--model", args.model,
-               "--threads", str(args.threads), "--max-batch", "16", "--kv-cache-mb", str(args.kv_cache_mb)]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ, "LLMKIT_API_KEYS": ""})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url + "/v1/models", timeout=1)
-            return server, url
-        except httpx.HTTPError:
-            if server.poll() is not None:
-                raise SystemExit(f"the server exited with {server.returncode}")
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit("the server did not start in 120 s")
 
 
 def main() -> None:
@@ -63,7 +37,9 @@ def main() -> None:
     parser.add_argument("--kv-cache-mb", type=float, default=64.0)
     args = parser.parse_args()
     questions = [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(args.requests)]
-    server, url = start_server(args)
+    server = ServerProcess("--no-auth", "--model", args.model, "--threads", str(args.threads), "--max-batch", "16",
+                           "--kv-cache-mb", str(args.kv_cache_mb))
+    url = server.url
     try:
         model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
         client = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0, timeout=600)
@@ -91,12 +67,8 @@ def main() -> None:
                   f"a contiguous cache of the whole window: {window / kv['block_size'] * per_block:.2f} MiB; "
                   f"pool: {kv['pool_mib']:.1f} MiB ({kv['total']} blocks)")
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            print(f"\nSIGTERM: the server stopped with exit code {server.wait(60)}")
-        except subprocess.TimeoutExpired:
-            server.kill()
-            print("\nSIGTERM: the server did not stop within 60 s (killed)")
+        server.stop()
+        print(f"\nSIGTERM: the server finished and stopped (exit status {server.process.returncode})")
 
 
 if __name__ == "__main__":

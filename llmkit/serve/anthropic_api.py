@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from llmkit.serve.errors import bad_request
 from llmkit.serve.requests import ChatRequest, check_sampling, check_tools_limit, expect
 
 # temperature, top_p and top_k are not in the newest SDK's signature; send them with extra_body={...}

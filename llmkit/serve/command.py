@@ -140,3 +140,54 @@ class BackgroundServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class ServerProcess:
+    """``llmkit serve OPTIONS...`` in a process of its own, as a real server runs: its clients do not
+    share its Python (the SDKs' parsing would compete with the engine for one interpreter).
+
+        server = ServerProcess("--api-key", "sk-1")   # waits until it answers
+        ...
+        server.stop()                                # SIGTERM: finishes requests in flight
+
+    It listens on a free loopback port; ``stop`` returns the exit status."""
+
+    def __init__(self, *options: str, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 120):
+        import subprocess
+        import sys
+        import urllib.error
+        import urllib.request
+
+        if port == 0:
+            with socket.socket() as sock:
+                sock.bind((host, 0))
+                port = sock.getsockname()[1]
+        self.url = f"http://{host}:{port}"
+        self.process = subprocess.Popen([sys.executable, "-m", "llmkit", "serve", "--host", host, "--port", str(port),
+                                         *options], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + start_timeout
+        while True:
+            try:
+                urllib.request.urlopen(self.url + "/v1/models", timeout=1)
+                return
+            except urllib.error.HTTPError:  # it answered (401 without a key): it is up
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    output = self.stop()
+                    raise RuntimeError(f"llmkit serve did not start on {self.url}:\n{output}") from None
+                time.sleep(0.2)
+
+    def stop(self, timeout: float = 60) -> str:
+        """Send SIGTERM, wait for the server to finish, and return what it printed."""
+        import signal
+        import subprocess
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.stdout.read()

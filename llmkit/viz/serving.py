@@ -16,6 +16,8 @@ def plot_loads(loads: list[Load], one_at_a_time: Load, *, block_size: int, pool_
     speed.axhline(one_at_a_time.tokens_per_s, linestyle="--", color="grey", label="one request at a time")
     speed.set(title="Continuous batching: throughput", xlabel="concurrent clients", ylabel="output tokens / s",
               xscale="log", xticks=clients, xticklabels=[str(c) for c in clients])
+    speed.minorticks_off()
+    speed.set_ylim(bottom=0)
     speed.legend()
     held = [b for load in loads for b in load.blocks_per_request]
     memory.hist(held, bins=range(1, max(held, default=1) + 2), align="left", rwidth=0.8,
