@@ -25,9 +25,57 @@ import heapq
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
+import regex
+
+from llmkit.checks import check_bool, check_int
 from llmkit.tokens.pattern import splitter
 
 Pair = tuple[int, int]
+
+
+def train_merges(
+    text: str | Iterable[str],
+    vocab_size: int,
+    *,
+    pattern: str | None,
+    special_tokens: list[str],
+    trainer: str = "fast",
+    progress: bool = False,
+) -> list[Pair]:
+    """The ``vocab_size - 256 - len(special_tokens)`` merges a tokenizer of that size needs.
+
+    Documents are cut at special-token text first, so a special token never takes part in a
+    merge; ``trainer`` picks :func:`train_fast` or :func:`train_reference` (same merges).
+    """
+    documents = [text] if isinstance(text, str) else list(text)
+    for doc in documents:
+        if not isinstance(doc, str):
+            raise TypeError(f"training text must be a str or an iterable of str, found {type(doc).__name__}")
+    check_int("vocab_size", vocab_size)
+    if vocab_size < 256 + len(special_tokens):
+        raise ValueError(
+            f"vocab_size={vocab_size!r} is too small: it needs the 256 byte tokens plus "
+            f"{len(special_tokens)} special token(s), so at least {256 + len(special_tokens)}"
+        )
+    if special_tokens:
+        cut = regex.compile("|".join(regex.escape(name) for name in sorted(special_tokens, key=len, reverse=True)))
+        documents = [piece for doc in documents for piece in cut.split(doc)]
+    if not any(documents):
+        raise ValueError("the training text is empty: give at least some text to learn merges from")
+    n_merges = vocab_size - 256 - len(special_tokens)
+    if trainer == "fast":
+        pairs = train_fast(count_chunks(documents, pattern), n_merges, progress=check_bool("progress", progress))
+    elif trainer == "reference":
+        pairs = train_reference(split_chunks(documents, pattern), n_merges)
+    else:
+        raise ValueError(f"trainer must be 'fast' or 'reference', not {trainer!r}")
+    if len(pairs) < n_merges:
+        raise ValueError(
+            f"the training text ran out of pairs to merge after {len(pairs)} merges, so it can't "
+            f"fill vocab_size={vocab_size}; use vocab_size <= {256 + len(pairs) + len(special_tokens)} "
+            f"or more text"
+        )
+    return pairs
 
 
 def split_chunks(documents: Iterable[str], pattern: str | None) -> list[str]:

@@ -8,23 +8,36 @@ is encoded once and remembered, so encoding a large corpus is mostly dictionary 
 
 Special tokens (``<|endoftext|>``, the chat markers) are control signals. Text a user typed must
 never turn into them by accident, so by default ``encode`` refuses text that contains them, as
-tiktoken does; the caller says explicitly which ones are allowed.
+tiktoken does; the caller says explicitly which ones are allowed (:mod:`llmkit.tokens.special`).
 
-Training lives in :mod:`llmkit.tokens.bpe`; the JSON file format in :mod:`llmkit.tokens.file`.
+The methods learners know from ``tiktoken.Encoding`` work the same way here (``encode_batch``,
+``encode_single_token``, ``decode_with_offsets``, ``eot_token``, ...), with these deliberate
+differences:
+
+* a lone surrogate (half of a UTF-16 pair, e.g. ``"\\ud83d"``) is refused with a ``ValueError``
+  that shows how to repair the text; tiktoken silently encodes it as U+FFFD, changing the text;
+* ``num_threads`` is accepted but the work runs in the calling thread (pure Python: the GIL
+  would serialise threads), and a batch method given one str, not a list, raises ``TypeError``;
+* an unknown id raises ``UnknownTokenError``, both a ``KeyError`` (as in tiktoken) and a
+  ``ValueError``; decoding also accepts numpy arrays and torch tensors of ids;
+* a custom pre-split pattern is probed and time-limited, and the vocabulary's ids are checked,
+  when the tokenizer is built (:mod:`llmkit.tokens.pattern`, :mod:`llmkit.tokens.vocab`);
+* ``vocab_size`` is tiktoken's ``n_vocab``.
+
+BPE inside one chunk lives in :mod:`llmkit.tokens.merge`, training in :mod:`llmkit.tokens.bpe`,
+and the JSON file format in :mod:`llmkit.tokens.file`.
 """
 from __future__ import annotations
 
-import functools
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
-
-import regex
 
 from llmkit.checks import check_int
 from llmkit.tokens import bpe
 from llmkit.tokens.merge import merge_chunk, recover_merges
 from llmkit.tokens.pattern import NAMED_PATTERNS, resolve_pattern, splitter
+from llmkit.tokens.special import SpecialSet, alternation, refuse_disallowed, resolve_names
 from llmkit.tokens.vocab import build_vocab
 
 # The control tokens of the course tokenizer, reserved from the start (see DEVELOPERS.md).
@@ -49,8 +62,6 @@ COURSE_SPECIAL_TOKENS = [
 CHUNK_CACHE_LIMIT = 500_000  # distinct chunks remembered before the cache starts over
 CACHED_CHUNK_CHARS = 256  # longer chunks (rare: a run of one character) are encoded, not remembered
 
-SpecialSet = Literal["all"] | Collection[str]
-
 
 class Tokenizer:
     """Byte-level BPE tokenizer with tiktoken's encoding rules (see the module docstring)."""
@@ -73,7 +84,7 @@ class Tokenizer:
         self._vocab_size = max(self._vocab) + 1
         self._pattern = resolve_pattern(pattern)
         self._split = splitter(self._pattern)
-        self._special_regex = _alternation(frozenset(self._special))
+        self._special_regex = alternation(frozenset(self._special))
         self._cache: dict[str, list[int]] = {}  # chunk text -> its ids, filled as chunks are met
 
     # ----------------------------------------------------------------- training
@@ -95,40 +106,10 @@ class Tokenizer:
         document, and later each text to encode, is one chunk: fine for demos, slow on long text).
         ``trainer="reference"`` uses the slow, readable trainer; both give the same merges.
         """
-        if isinstance(special_tokens, str):
-            raise TypeError(f"special_tokens must be a list of strings, e.g. [{special_tokens!r}]")
-        special_tokens = list(special_tokens or [])
-        documents = [text] if isinstance(text, str) else list(text)
-        for doc in documents:
-            if not isinstance(doc, str):
-                raise TypeError(f"training text must be a str or an iterable of str, found {type(doc).__name__}")
-        if len(set(special_tokens)) != len(special_tokens) or not all(s and isinstance(s, str) for s in special_tokens):
-            raise ValueError("special_tokens must be distinct, non-empty strings")
-        check_int("vocab_size", vocab_size)
-        if vocab_size < 256 + len(special_tokens):
-            raise ValueError(
-                f"vocab_size={vocab_size!r} is too small: it needs the 256 byte tokens plus "
-                f"{len(special_tokens)} special token(s), so at least {256 + len(special_tokens)}"
-            )
-        if special_tokens:  # cut documents at special-token text
-            splitter = _alternation(frozenset(special_tokens))
-            documents = [piece for doc in documents for piece in splitter.split(doc)]
-        if not any(documents):
-            raise ValueError("the training text is empty: give at least some text to learn merges from")
+        special_tokens = _special_token_list(special_tokens)
         pattern = resolve_pattern(pattern)
-        n_merges = vocab_size - 256 - len(special_tokens)
-        if trainer == "fast":
-            pairs = bpe.train_fast(bpe.count_chunks(documents, pattern), n_merges, progress=progress)
-        elif trainer == "reference":
-            pairs = bpe.train_reference(bpe.split_chunks(documents, pattern), n_merges)
-        else:
-            raise ValueError(f"trainer must be 'fast' or 'reference', not {trainer!r}")
-        if len(pairs) < n_merges:
-            raise ValueError(
-                f"the training text ran out of pairs to merge after {len(pairs)} merges, so it can't "
-                f"fill vocab_size={vocab_size}; use vocab_size <= {256 + len(pairs) + len(special_tokens)} "
-                f"or more text"
-            )
+        pairs = bpe.train_merges(text, vocab_size, pattern=pattern, special_tokens=special_tokens,
+                                 trainer=trainer, progress=progress)
         return cls.from_merges(pairs, pattern=pattern, special_tokens=special_tokens)
 
     @classmethod
@@ -175,27 +156,19 @@ class Tokenizer:
         ``disallowed_special=()`` encodes it as ordinary text.
         """
         _check_text(text)
-        allowed = self._special_names(allowed_special, "allowed_special")
+        allowed = resolve_names(allowed_special, self._special, "allowed_special")
         if disallowed_special == "all":
             disallowed = set(self._special) - allowed
         else:
-            disallowed = self._special_names(disallowed_special, "disallowed_special")
+            disallowed = resolve_names(disallowed_special, self._special, "disallowed_special")
         if not self._special or self._special_regex.search(text) is None:
             return self.encode_ordinary(text)  # the common case: no special-token text at all
-        if disallowed:
-            found = _alternation(frozenset(disallowed)).search(text)
-            if found:
-                raise ValueError(
-                    f"the text contains the special token {found.group()!r} (at character {found.start()}). "
-                    f"Special tokens are control signals, so user text may not produce them by accident. "
-                    f"Pass allowed_special={{{found.group()!r}}} to encode it as the control token, or "
-                    f"disallowed_special=() to encode it as ordinary text."
-                )
+        refuse_disallowed(text, disallowed)
         if not allowed:
             return self.encode_ordinary(text)
         ids: list[int] = []
         start = 0
-        for match in _alternation(frozenset(allowed)).finditer(text):
+        for match in alternation(frozenset(allowed)).finditer(text):
             ids += self.encode_ordinary(text[start : match.start()])
             ids.append(self._special[match.group()])
             start = match.end()
@@ -245,21 +218,6 @@ class Tokenizer:
                 self._cache.clear()
             self._cache[chunk] = ids
         return ids
-
-    def _special_names(self, names: SpecialSet, argument: str) -> set[str]:
-        if names == "all":
-            return set(self._special)
-        if isinstance(names, str):
-            raise TypeError(
-                f"{argument} must be 'all' or a collection of special-token strings, not the string {names!r}"
-            )
-        unknown = set(names) - set(self._special)
-        if unknown:
-            raise ValueError(
-                f"{argument} names {sorted(unknown)}, which are not special tokens of this tokenizer; "
-                f"it has {sorted(self._special)}"
-            )
-        return set(names)
 
     # ----------------------------------------------------------------- decoding
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
@@ -399,18 +357,20 @@ class Tokenizer:
         return tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=self._ranks, special_tokens=self._special)
 
 
-@functools.lru_cache(maxsize=64)
-def _alternation(names: frozenset[str]) -> regex.Pattern:
-    """A regex matching any of ``names`` literally, longest first (built once per set of names)."""
-    names = sorted(names, key=len, reverse=True)
-    return regex.compile("|".join(regex.escape(name) for name in names) if names else r"(?!)")
-
-
 class UnknownTokenError(KeyError, ValueError):
     """An id that names no token: a ``KeyError`` as in tiktoken, and a ``ValueError`` (a bad argument)."""
 
     def __str__(self) -> str:  # KeyError would print the message in quotes
         return str(self.args[0])
+
+
+def _special_token_list(special_tokens) -> list[str]:
+    if isinstance(special_tokens, str):
+        raise TypeError(f"special_tokens must be a list of strings, e.g. [{special_tokens!r}]")
+    special_tokens = list(special_tokens or [])
+    if len(set(special_tokens)) != len(special_tokens) or not all(s and isinstance(s, str) for s in special_tokens):
+        raise ValueError("special_tokens must be distinct, non-empty strings")
+    return special_tokens
 
 
 def _texts(texts: Sequence[str]) -> Sequence[str]:
