@@ -2,15 +2,8 @@
 import pytest
 import torch
 
-from llmkit.generation.generate import (
-    STOP_REASONS,
-    PrefixCache,
-    StopEvent,
-    TokenEvent,
-    generate,
-    next_token_logits,
-    stream,
-)
+from llmkit.generation.generate import PrefixCache, StopEvent, TokenEvent, generate, next_token_logits, stream
+from llmkit.generation.results import STOP_REASONS
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.model.weights import from_hf
 from llmkit.paths import DATA_DIR

@@ -4,7 +4,9 @@ The public names, by module (imported from there: a package attribute ``generate
 module ``llmkit.generation.generate`` behind the function of the same name):
 
     llmkit.generation.sampling      SamplingParams, GREEDY, sample, sample_batch, the logits filters
-    llmkit.generation.generate      generate, stream, next_token_logits, Generation, Completion, Usage,
-                                    TokenEvent, StopEvent, check_stop_sequences
+    llmkit.generation.generate      generate, stream, next_token_logits (the loop)
+    llmkit.generation.results       Generation, Completion, Usage, TokenEvent, StopEvent, STOP_REASONS
+    llmkit.generation.request       check_request, check_stop_sequences (every argument checked once)
+    llmkit.generation.text_stream   TextStream (tokens in, final text out, stop sequences held back)
     llmkit.generation.prefix_cache  PrefixCache, PrefixCacheStats
 """

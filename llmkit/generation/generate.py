@@ -25,122 +25,25 @@ never lets some ids be drawn (the client bans the thinking markers this way), an
 asks a ``TokenConstraint`` at every step which tokens may come next (``llmkit.chat.constrained`` keeps
 a tool call valid JSON for its schema). Neither costs anything when it is not used.
 
-``generate`` returns a finished ``Generation``; ``stream`` yields each token as it is made.
+``generate`` returns a finished ``Generation``; ``stream`` yields each token as it is made (the
+types are in ``llmkit.generation.results``). Every argument is checked up front, in
+``llmkit.generation.request``; ``llmkit.generation.text_stream`` turns tokens into final text.
 """
 from __future__ import annotations
 
-import codecs
-import operator
 import time
-from dataclasses import dataclass
-from typing import Callable, ClassVar, Collection, Iterable, Iterator, Sequence
+from typing import Callable, Collection, Iterable, Iterator, Sequence
 
 import torch
 
-from llmkit.checks import check_bool, check_int
 from llmkit.generation.prefix_cache import PrefixCache
-from llmkit.generation.sampling import (GREEDY, SamplingParams, TokenConstraint, make_generator, mask_tokens,
-                                       sample_batch)
+from llmkit.generation.request import Request, check_prompt, check_request
+from llmkit.generation.results import Completion, Generation, StopEvent, TokenEvent, Usage
+from llmkit.generation.sampling import SamplingParams, TokenConstraint, make_generator, mask_tokens, sample_batch
+from llmkit.generation.text_stream import TextStream
 from llmkit.model.fast import FastModel, fast_path
 from llmkit.model.kvcache import KVCache
 from llmkit.model.transformer import Transformer
-
-STOP_REASONS = ("end_turn", "max_tokens", "stop_sequence", "tool_use", "context_window")
-
-
-# --- what comes back -------------------------------------------------------------------------------
-
-@dataclass
-class Usage:
-    """What one request cost, shaped like a Messages API usage block; the one usage row of the
-    package (a chat reply, a replayed turn and a traced request all carry one).
-
-    input_tokens: prompt tokens the model read in this request (the prefill).
-    cache_read_input_tokens: prompt tokens served from the prefix cache instead; the whole prompt
-        is ``input_tokens + cache_read_input_tokens`` (``prompt_tokens``).
-    output_tokens: tokens generated, stop tokens included, summed over all samples.
-    time_to_first_token: seconds from the call to the first new token (prefix lookup + prefill).
-    decode_tokens_per_s: tokens per second after the first (None when only one step ran).
-    thinking_tokens: of the output, the tokens inside a thinking block (counted by the chat
-        client, which knows the markers; 0 from plain ``generate``).
-    server_tool_calls: server tool calls the chat client ran inside the request.
-    """
-
-    input_tokens: int
-    output_tokens: int
-    cache_read_input_tokens: int = 0
-    time_to_first_token: float | None = None
-    decode_tokens_per_s: float | None = None
-    thinking_tokens: int = 0
-    server_tool_calls: int = 0
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.input_tokens + self.cache_read_input_tokens
-
-
-@dataclass
-class Completion:
-    """One continuation of the prompt.
-
-    ``tokens`` are the new tokens only, including a final stop token (it was generated, and it is
-    billed); ``text`` (with a tokenizer) leaves out that stop token and any matched stop sequence.
-    ``stop_sequence`` is the stop sequence that matched, if that is why it stopped. ``logits``
-    (with ``keep_logits=True``) are the model's raw scores at each step, shape (len(tokens), vocab).
-    """
-
-    tokens: list[int]
-    text: str | None
-    stop_reason: str
-    stop_sequence: str | None = None
-    logits: torch.Tensor | None = None
-
-
-@dataclass
-class Generation:
-    """The result of one request: ``num_samples`` completions that shared one prefill, and its usage.
-
-    ``tokens``, ``text``, ``stop_reason``, ``stop_sequence`` and ``logits`` are those of the first
-    sample, so single-sample code reads ``generation.text``; with ``num_samples > 1`` read
-    ``generation.samples``. Usage covers the whole request: the prompt was read once.
-    """
-
-    samples: list[Completion]
-    usage: Usage
-
-    tokens = property(lambda self: self.samples[0].tokens)
-    text = property(lambda self: self.samples[0].text)
-    stop_reason = property(lambda self: self.samples[0].stop_reason)
-    stop_sequence = property(lambda self: self.samples[0].stop_sequence)
-    logits = property(lambda self: self.samples[0].logits)
-
-
-@dataclass(frozen=True)
-class TokenEvent:
-    """One new token while streaming. ``text`` is the text that became final with it: '' while a
-    UTF-8 character is split across tokens or the text might be the start of a stop sequence, and
-    None without a tokenizer. Joining a sample's ``text`` pieces gives its final ``Completion.text``.
-    ``elapsed`` is seconds since the request started (time spent waiting for the reader excluded):
-    a long wait for the first token (the prefill), then a steady beat, one forward pass per token."""
-
-    token: int
-    text: str | None
-    sample: int = 0
-    elapsed: float = 0.0
-    type: ClassVar[str] = "token"
-
-
-@dataclass(frozen=True)
-class StopEvent:
-    """The last event of a stream: why it stopped, what it cost, and the whole ``Generation``."""
-
-    generation: Generation
-    type: ClassVar[str] = "stop"
-
-    stop_reason = property(lambda self: self.generation.stop_reason)
-    stop_sequence = property(lambda self: self.generation.stop_sequence)
-    usage = property(lambda self: self.generation.usage)
-
 
 # --- the public entry points -------------------------------------------------------------------------
 
@@ -190,7 +93,7 @@ def stream(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, *, max_
 
     The arguments are checked now, so a mistake raises here rather than at the first ``next()``.
     """
-    request = _check_request(model, prompt_ids, max_new_tokens=max_new_tokens, sampling=sampling,
+    request = check_request(model, prompt_ids, max_new_tokens=max_new_tokens, sampling=sampling,
                              stop_tokens=stop_tokens, tool_stop_tokens=tool_stop_tokens,
                              stop_sequences=stop_sequences, tokenizer=tokenizer, seed=seed, use_cache=use_cache,
                              prefix_cache=prefix_cache, num_samples=num_samples, keep_logits=keep_logits,
@@ -202,209 +105,17 @@ def next_token_logits(model: Transformer, prompt_ids: Sequence[int] | torch.Tens
     """The model's scores for the token after ``prompt_ids``: one forward pass, shape (vocab,).
 
     Pair it with ``llmkit.generation.sampling.stage_probabilities`` to see what each sampling stage does."""
-    prompt = _check_prompt(model, prompt_ids)
+    prompt = check_prompt(model, prompt_ids)
     with torch.inference_mode():
         ids = torch.tensor([prompt], device=model.device)
         logits = model(ids, last_only=True)[0, -1]
     return logits.clone()  # an ordinary tensor, usable outside inference mode
 
 
-# --- checking the request ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Request:
-    """One request's arguments, checked and in the forms the loop uses."""
-
-    prompt: list[int]
-    max_new_tokens: int
-    params: SamplingParams
-    end_turn: frozenset[int]
-    tool_use: frozenset[int]
-    stops: tuple[str, ...]
-    tokenizer: object
-    seed: int | None
-    use_cache: bool
-    prefix_cache: PrefixCache | None
-    num_samples: int
-    keep_logits: bool
-    suppressed: frozenset[int]
-    constraints: list[TokenConstraint] | None
-
-
-def _check_request(model: Transformer, prompt_ids, *, max_new_tokens, sampling, stop_tokens, tool_stop_tokens,
-                   stop_sequences, tokenizer, seed, use_cache, prefix_cache, num_samples, keep_logits,
-                   suppress_tokens, constraint) -> _Request:
-    """Every argument of ``stream`` checked, each with an error that names it and the fix."""
-    prompt = _check_prompt(model, prompt_ids)
-    max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
-    num_samples = check_int("num_samples", num_samples, minimum=1)
-    use_cache, keep_logits = check_bool("use_cache", use_cache), check_bool("keep_logits", keep_logits)
-    params = GREEDY if sampling is None else sampling
-    if not isinstance(params, SamplingParams):
-        raise TypeError(f"sampling must be a SamplingParams (or None for greedy), got {type(params).__name__}")
-    end_turn = _check_token_set(stop_tokens, "stop_tokens", model)
-    tool_use = _check_token_set(tool_stop_tokens, "tool_stop_tokens", model)
-    if end_turn & tool_use:
-        raise ValueError(f"token(s) {sorted(end_turn & tool_use)} are in both stop_tokens and tool_stop_tokens; "
-                         "each stop token means one stop reason")
-    suppressed = _check_token_set(suppress_tokens, "suppress_tokens", model)
-    if len(suppressed) == model.config.vocab_size:
-        raise ValueError("suppress_tokens holds every token of the vocabulary, so nothing could be generated")
-    if constraint is not None and not callable(constraint):
-        raise TypeError("constraint must be a function that returns a new TokenConstraint (one per sample), e.g. "
-                        f"functools.partial(ToolCallConstraint, tokenizer, tools); got {type(constraint).__name__}")
-    if tokenizer is not None and tokenizer.vocab_size < model.config.vocab_size:
-        raise ValueError(f"the model scores {model.config.vocab_size} tokens but the tokenizer knows only "
-                         f"{tokenizer.vocab_size}, so some tokens could not be decoded; use the tokenizer "
-                         "the model was trained with")
-    if prefix_cache is not None and not isinstance(prefix_cache, PrefixCache):
-        raise TypeError(f"prefix_cache must be a PrefixCache, got {type(prefix_cache).__name__}")
-    if prefix_cache is not None and not use_cache:
-        raise ValueError("prefix_cache reuses KV-cache entries, so it needs use_cache=True")
-    stops = check_stop_sequences(stop_sequences, tokenizer)
-    return _Request(prompt, max_new_tokens, params, end_turn, tool_use, stops, tokenizer, seed, use_cache,
-                    prefix_cache, num_samples, keep_logits, suppressed, _make_constraints(constraint, num_samples))
-
-
-def _check_prompt(model: Transformer, prompt_ids) -> list[int]:
-    if isinstance(prompt_ids, str):
-        raise TypeError("prompt_ids must be token ids, not text; encode it first: tokenizer.encode(text)")
-    if isinstance(prompt_ids, torch.Tensor):
-        if prompt_ids.dim() == 2 and prompt_ids.size(0) == 1:
-            prompt_ids = prompt_ids[0]
-        if prompt_ids.dim() != 1:
-            raise ValueError(f"prompt_ids must be one prompt, shape (T,) or (1, T), got {tuple(prompt_ids.shape)}; "
-                             "for several continuations of one prompt use num_samples")
-        prompt_ids = prompt_ids.tolist()
-    try:
-        prompt = [operator.index(t) for t in prompt_ids]
-    except TypeError:
-        raise TypeError("prompt_ids must be a sequence of integer token ids") from None
-    vocab, context = model.config.vocab_size, model.config.context_length
-    if not prompt:
-        raise ValueError("the prompt is empty; give at least one token (a base model is often started "
-                         "with <|endoftext|>)")
-    bad = [t for t in prompt if not 0 <= t < vocab]
-    if bad:
-        raise ValueError(f"token id {bad[0]} is outside the model's vocabulary (0 .. {vocab - 1}); "
-                         "was the prompt encoded with a different tokenizer?")
-    if len(prompt) >= context:
-        raise ValueError(f"the prompt is {len(prompt)} tokens but the model's context window is {context}, "
-                         "which leaves no room for a new token; shorten the prompt (drop the oldest turns)")
-    return prompt
-
-
-def _check_token_set(tokens, name: str, model: Transformer) -> frozenset[int]:
-    if isinstance(tokens, (int, str)):
-        raise TypeError(f"{name} must be a collection of token ids, e.g. [{tokens!r}], not a single value")
-    ids = frozenset(operator.index(t) for t in tokens)
-    bad = sorted(t for t in ids if not 0 <= t < model.config.vocab_size)
-    if bad:
-        raise ValueError(f"{name} has id(s) {bad} outside the vocabulary (0 .. {model.config.vocab_size - 1})")
-    return ids
-
-
-def _make_constraints(constraint, n: int) -> list[TokenConstraint] | None:
-    if constraint is None:
-        return None
-    made = [constraint() for _ in range(n)]
-    for item in made:
-        if not isinstance(item, TokenConstraint):
-            raise TypeError(f"constraint() returned a {type(item).__name__}, which is not a TokenConstraint: it "
-                            "needs allowed() -> bool tensor or None, and advance(token)")
-    if len({id(item) for item in made}) < n:
-        raise ValueError("constraint() returned the same object twice; it must make a new one on each call, "
-                         "since every sample keeps its own state")
-    return made
-
-
-def check_stop_sequences(stop_sequences, tokenizer) -> tuple[str, ...]:
-    """``stop_sequences`` as a tuple of non-empty strings (checked once, here, for every caller)."""
-    if isinstance(stop_sequences, str):
-        raise TypeError(f"stop_sequences must be a list of strings, e.g. [{stop_sequences!r}], not one string")
-    stops = tuple(stop_sequences)
-    for s in stops:
-        if not isinstance(s, str) or not s:
-            raise ValueError(f"every stop sequence must be a non-empty string, got {s!r}")
-    if stops and tokenizer is None:
-        raise ValueError("stop_sequences are matched in the decoded text, so pass tokenizer= as well")
-    return stops
-
-
-# --- turning tokens into text as they arrive ---------------------------------------------------------
-
-class _TextStream:
-    """Token ids in, final text out.
-
-    Two things hold text back: a UTF-8 character whose bytes are split across tokens (the
-    incremental decoder keeps the first bytes until the rest arrive), and text that might be the
-    start of a stop sequence (released as soon as the next tokens show it is not).
-
-    A control token's text (``<|thinking|>``) is a marker, not words the model wrote: a stop
-    sequence never matches inside it or across it, so "ing|>" cannot fire on a marker.
-    """
-
-    def __init__(self, tokenizer, stop_sequences: tuple[str, ...]):
-        self._token_bytes = tokenizer.token_bytes
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._stops = stop_sequences
-        self._control = frozenset(getattr(tokenizer, "special_tokens", {}).values())
-        self.text = ""
-        self.matched: str | None = None  # the stop sequence found, if any
-        self._released = 0
-        self._barrier = 0  # stop sequences are looked for only after the last control token
-
-    def add(self, token: int) -> str:
-        """Append a token; return the text that is now final. A stop sequence sets ``matched``
-        and cuts ``text`` just before it."""
-        searched_up_to = len(self.text)
-        self.text += self._decoder.decode(self._token_bytes(token))
-        if token in self._control:
-            self._barrier = len(self.text)
-            return self._release(len(self.text))
-        if self._stops:
-            found = self._find_stop(searched_up_to)
-            if found is not None:
-                start, self.matched = found
-                self.text = self.text[:start]
-                return self._release(len(self.text))
-        return self._release(len(self.text) - self._could_be_a_stop())
-
-    def finish(self) -> str:
-        """The rest of the text, once no more tokens will come (an unfinished character becomes U+FFFD)."""
-        if self.matched is None:
-            self.text += self._decoder.decode(b"", final=True)
-        return self._release(len(self.text))
-
-    def _find_stop(self, searched_up_to: int) -> tuple[int, str] | None:
-        """The earliest stop sequence in the text, looking only where the new text could complete one."""
-        best = None
-        for stop in self._stops:
-            start = self.text.find(stop, max(self._barrier, searched_up_to - len(stop) + 1))
-            if start >= 0 and (best is None or start < best[0]):
-                best = (start, stop)
-        return best
-
-    def _could_be_a_stop(self) -> int:
-        """Length of the longest end of the text that is the beginning of some stop sequence."""
-        longest = 0
-        for stop in self._stops:
-            for k in range(min(len(stop) - 1, len(self.text) - self._barrier), longest, -1):
-                if self.text.endswith(stop[:k]):
-                    longest = k
-                    break
-        return longest
-
-    def _release(self, end: int) -> str:
-        end = max(end, self._released)
-        piece, self._released = self.text[self._released:end], end
-        return piece
-
-
 class _Sample:
     """One continuation's tokens, text and stop reason while the loop runs."""
 
-    def __init__(self, index: int, text: _TextStream | None):
+    def __init__(self, index: int, text: TextStream | None):
         self.index = index
         self.tokens: list[int] = []
         self.text = text
@@ -458,7 +169,7 @@ class _Stopwatch:
 class _Loop:
     """Prefill once, then sample -> append -> decode until every sample has a stop reason."""
 
-    def __init__(self, model: Transformer, request: _Request):
+    def __init__(self, model: Transformer, request: Request):
         self.model, self.prompt, self.max_new_tokens = model, request.prompt, request.max_new_tokens
         self.params, self.end_turn, self.tool_use = request.params, request.end_turn, request.tool_use
         self.use_cache, self.prefix_cache = request.use_cache, request.prefix_cache
@@ -466,7 +177,7 @@ class _Loop:
         self.steps = min(self.max_new_tokens, model.config.context_length - len(self.prompt))  # the most we can take
         self.generator = None if self.params.greedy else make_generator(request.seed, model.device)
         tokenizer = request.tokenizer
-        self.samples = [_Sample(i, _TextStream(tokenizer, request.stops) if tokenizer is not None else None)
+        self.samples = [_Sample(i, TextStream(tokenizer, request.stops) if tokenizer is not None else None)
                         for i in range(self.n)]
         self.suppressed: torch.Tensor | None = None  # (vocab,) True where a token is never drawn, on the CPU
         self.suppressed_here: torch.Tensor | None = None  # the same on the model's device
