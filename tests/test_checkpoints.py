@@ -219,3 +219,40 @@ def test_resume_refuses_a_changed_optimizer_and_accepts_a_changed_log_interval(c
     train(tiny(corpus, tmp_path, log_every=2), resume=True, progress=False)
     assert (tmp_path / "model" / "tokenizer.json").is_file()
     assert json.loads((tmp_path / "checkpoint" / "trainer_state.json").read_text())["step"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name == "nt", reason="SIGKILL is POSIX")
+def test_kill_9_mid_run_then_resume_ends_where_an_uninterrupted_run_does(corpus, tmp_path):
+    """A real kill at an arbitrary moment (often mid-save, with checkpoints every step)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    changes = dict(max_steps=24, checkpoint_every=1, log_every=1, eval_every=24)
+    train(tiny(corpus, tmp_path / "whole", **changes), progress=False)
+    config = tmp_path / "killed.json"
+    config.write_text(json.dumps(tiny(corpus, tmp_path / "killed", **changes).to_dict()))
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "llmkit", "train", "--config", str(config)], env=env,
+                               cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / "killed" / "checkpoint" / "trainer_state.json"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        try:  # the folder is briefly renamed during each save
+            if json.loads(state.read_text())["step"] >= 5:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.01)
+    time.sleep(0.37)  # somewhere in the middle of a later step or save
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert not (tmp_path / "killed" / "model").exists(), "the run finished before it could be killed"
+    train(tiny(corpus, tmp_path / "killed", **changes), resume=True, progress=False)
+    whole = load(tmp_path / "whole" / "model")
+    assert same_weights(load(tmp_path / "killed" / "model"), whole)
+    assert sorted(p.name for p in (tmp_path / "killed").iterdir() if p.name.startswith("checkpoint")) == ["checkpoint"]
