@@ -21,7 +21,6 @@ or is cancelled gives its blocks back at the next step.
 """
 from __future__ import annotations
 
-import operator
 import queue
 import threading
 import time
@@ -30,8 +29,9 @@ from typing import Collection, Iterable, Iterator, Sequence as Seq
 
 import torch
 
-from llmkit.generation.generate import StopEvent, TokenEvent, check_stop_sequences
-from llmkit.generation.sampling import GREEDY, SamplingParams
+from llmkit.generation.request import Request, check_request
+from llmkit.generation.results import StopEvent, TokenEvent
+from llmkit.generation.sampling import SamplingParams
 from llmkit.model.fast import FastModel
 from llmkit.model.transformer import Transformer
 from llmkit.serve.paged import BlockPool, paged_forward
@@ -84,29 +84,26 @@ class Engine:
         named blocks) serves every request, so ``prefix_cache`` is not used."""
         if model is not self.model:
             raise ValueError("this engine serves another model")
-        sequence = self._make(list(map(operator.index, prompt_ids)), max_new_tokens, sampling or GREEDY,
-                              stop_tokens, tool_stop_tokens, stop_sequences, tokenizer, seed, suppress_tokens,
-                              constraint, context or RequestContext())
+        request = check_request(model, prompt_ids, max_new_tokens=max_new_tokens, sampling=sampling,
+                                stop_tokens=stop_tokens, tool_stop_tokens=tool_stop_tokens,
+                                stop_sequences=stop_sequences, tokenizer=tokenizer, seed=seed, use_cache=True,
+                                prefix_cache=None, num_samples=1, keep_logits=False,
+                                suppress_tokens=suppress_tokens, constraint=constraint)
+        sequence = self._make(request, context or RequestContext())
         self._submit(sequence)
         return self._events(sequence)
 
-    def _make(self, prompt, max_new_tokens, sampling, stop_tokens, tool_stop_tokens, stop_sequences, tokenizer,
-              seed, suppress_tokens, constraint, context) -> Sequence:
+    def _make(self, request: Request, context: RequestContext) -> Sequence:
         config = self.model.config
-        if not 0 < len(prompt) < config.context_length:
-            raise ValueError(f"the prompt is {len(prompt)} tokens; it must hold 1 to {config.context_length - 1} "
-                             f"(the context window is {config.context_length} and one new token must fit)")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
         suppressed = None
-        if suppress_tokens:
+        if request.suppressed:
             suppressed = torch.zeros(config.vocab_size, dtype=torch.bool)
-            suppressed[sorted(suppress_tokens)] = True
-        sequence = Sequence(prompt, max_new_tokens=max_new_tokens, context_length=config.context_length,
-                            params=sampling, seed=seed, end_turn=frozenset(stop_tokens),
-                            tool_use=frozenset(tool_stop_tokens), tokenizer=tokenizer,
-                            stop_sequences=check_stop_sequences(stop_sequences, tokenizer), suppressed=suppressed,
-                            constraint=constraint() if constraint is not None else None, context=context,
+            suppressed[sorted(request.suppressed)] = True
+        sequence = Sequence(request.prompt, max_new_tokens=request.max_new_tokens,
+                            context_length=config.context_length, params=request.params, seed=request.seed,
+                            end_turn=request.end_turn, tool_use=request.tool_use, tokenizer=request.tokenizer,
+                            stop_sequences=request.stops, suppressed=suppressed,
+                            constraint=request.constraints[0] if request.constraints else None, context=context,
                             deadline=time.monotonic() + self.request_timeout_s, device=self.model.device)
         needed = self.pool.blocks_for(sequence.most_positions)
         if needed > self.pool.num_blocks:
@@ -141,7 +138,8 @@ class Engine:
                 if isinstance(item, StopEvent):
                     return
         finally:
-            sequence.context.cancel() if sequence.stop_reason is None else None
+            if sequence.stop_reason is None:  # the reader left before the end: free its slot and blocks
+                sequence.context.cancel()
 
     def close(self, timeout: float | None = None) -> None:
         """Refuse new requests, finish the ones admitted or waiting, then stop the thread."""
@@ -244,7 +242,6 @@ class Engine:
                 self.running.remove(sequence)
                 self._finish(sequence, error)
                 continue
-            sequence.context.peak_blocks = max(sequence.context.peak_blocks, len(sequence.table))
             if sequence.stop_reason is not None:
                 self.running.remove(sequence)
                 self._counts["finished"] += 1

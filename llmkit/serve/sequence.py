@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from llmkit.generation.generate import (Completion, Generation, StopEvent, TokenEvent, Usage,
-                                        _TextStream)
+from llmkit.generation.results import Completion, Generation, StopEvent, TokenEvent, Usage
+from llmkit.generation.text_stream import TextStream
 from llmkit.generation.sampling import SamplingParams, TokenConstraint, make_generator, mask_tokens, sample_batch
 
 
@@ -30,11 +30,10 @@ class RequestTimeout(TimeoutError):
 @dataclass
 class RequestContext:
     """What one HTTP request shares with the engine across its generations (a server tool call
-    makes a second one): a way to cancel it, and the prompt-cache writes and blocks it used."""
+    makes a second one): a way to cancel it, and the prompt tokens it wrote into the cache."""
 
     cancelled: threading.Event = field(default_factory=threading.Event)
     cache_write_tokens: int = 0
-    peak_blocks: int = 0
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -52,7 +51,7 @@ class Sequence:
         self.steps = min(max_new_tokens, context_length - len(prompt))  # tokens it may write
         self.generator = None if params.greedy else make_generator(seed, device)
         self.end_turn, self.tool_use = end_turn, tool_use
-        self.text = _TextStream(tokenizer, stop_sequences) if tokenizer is not None else None
+        self.text = TextStream(tokenizer, stop_sequences) if tokenizer is not None else None
         self.suppressed, self.constraint = suppressed, constraint
         self.outbox: queue.Queue = queue.Queue()
         self.table: list[int] = []  # block ids, in position order
