@@ -2,6 +2,7 @@
 
     python benchmarks/tokenizer.py                      # every section: a few minutes on 2 CPU cores
     python benchmarks/tokenizer.py --only reference encode  # just the two issue-3 speed figures
+    python benchmarks/tokenizer.py --only long          # one 1 MB chunk: quadratic BPE would take hours
 
 Prints, side by side and as ratios (lower time ratio = llmkit faster):
   * training time for vocab 4096 on a 1 MB slice and on the whole course corpus: llmkit's fast
@@ -9,7 +10,8 @@ Prints, side by side and as ratios (lower time ratio = llmkit faster):
   * the fast trainer vs llmkit's reference trainer at vocab 512 on 1 MB;
   * bytes per token on held-out text vs ``tokenizers`` trained with the same split and vocab;
   * encoding throughput of llmkit's pure-Python encoder vs tiktoken (one thread, warm chunk cache);
-  * exactness: cl100k_base through llmkit vs tiktoken, and our ranks through tiktoken vs llmkit.
+  * exactness: cl100k_base through llmkit vs tiktoken, and our ranks through tiktoken vs llmkit;
+  * one 1 MB chunk (a repeated character; letters with no whitespace) through cl100k_base.
 Timings are CPU seconds, the best of a few repeats; on a shared machine they still move by 10-30 %.
 """
 from __future__ import annotations
@@ -85,6 +87,7 @@ SECTIONS = {
     "compression": "3. bytes per token vs HF tokenizers (needs the tokenizers trained in 'train')",
     "encode": "4. encoding throughput vs tiktoken",
     "cl100k": "5. cl100k_base exactness",
+    "long": "6. one 1 MB chunk (a repeated character, text without whitespace) vs tiktoken, cl100k",
 }
 
 
@@ -174,6 +177,27 @@ def bench_cl100k(heldout: str) -> None:
           f"whitespace, digits, Shakespeare, an allowed special token)")
 
 
+def long_chunk_texts(corpus: str) -> dict[str, str]:
+    """Inputs where the pre-split cannot help: each is (nearly) one chunk of about 1 MB."""
+    letters = "".join(ch for ch in corpus[: 2 * SLICE] if ch.isalpha())[:SLICE]
+    return {
+        "1 MB of ' ' (one repeated character)": " " * SLICE,
+        "1 MB of 'x' (one repeated character)": "x" * SLICE,
+        "1 MB without whitespace (the corpus's letters only)": letters,
+    }
+
+
+def bench_long_chunks(corpus: str) -> None:
+    print("\n6. One 1 MB chunk through cl100k_base: llmkit's heap BPE vs tiktoken (one run each)")
+    cl100k = get_cl100k()
+    ours_cl100k = Tokenizer.from_tiktoken(cl100k)
+    for label, text in long_chunk_texts(corpus).items():
+        ours, our_ids = best_time(lambda: ours_cl100k.encode_ordinary(text), repeats=1)
+        tik, tik_ids = best_time(lambda: cl100k.encode_ordinary(text), repeats=1)
+        print(f"  {label}: llmkit {ours:.2f} s | tiktoken {tik:.2f} s | same ids: {our_ids == tik_ids}")
+        print(f"    RATIO {label}: llmkit / tiktoken = {ours / tik:.2f}x")
+
+
 def main(argv: list[str] | None = None) -> None:
     only = parse_args(argv).only
     corpus = data_path("corpus", "train.txt").read_text(encoding="utf-8")
@@ -191,6 +215,8 @@ def main(argv: list[str] | None = None) -> None:
         bench_encoding(corpus, trained.get(("hf", "full corpus")))
     if "cl100k" in only:
         bench_cl100k(heldout)
+    if "long" in only:
+        bench_long_chunks(corpus)
 
 
 if __name__ == "__main__":

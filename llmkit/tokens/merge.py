@@ -55,33 +55,31 @@ def merge_chunk_heap(piece: bytes, ranks: dict[bytes, int]) -> list[int]:
     end = list(range(1, n + 1))
     before = list(range(-1, n - 1))
     alive = [True] * n
+    rank_of, push, pop = ranks.get, heapq.heappush, heapq.heappop  # bound once: this loop is hot
     heap = [(ranks[piece[s : s + 2]], s, s + 2) for s in range(n - 1) if piece[s : s + 2] in ranks]
     heapq.heapify(heap)
     while heap:
-        _, s, stop = heapq.heappop(heap)
+        _, s, stop = pop(heap)
         right = end[s]
         if not alive[s] or right >= n or end[right] != stop:
             continue  # out of date: one of the two pieces has joined something else since
         alive[right] = False  # join: the piece at s now also covers its right neighbour
         end[s] = stop
-        if stop < n:
+        if stop < n:  # the new piece and its right neighbour
             before[stop] = s
-            _push_pair(heap, piece, ranks, s, end[stop])
+            rank = rank_of(piece[s : end[stop]])
+            if rank is not None:
+                push(heap, (rank, s, end[stop]))
         left = before[s]
-        if left >= 0:
-            _push_pair(heap, piece, ranks, left, stop)
+        if left >= 0:  # its left neighbour and the new piece
+            rank = rank_of(piece[left:stop])
+            if rank is not None:
+                push(heap, (rank, left, stop))
     ids, s = [], 0
     while s < n:
         ids.append(ranks[piece[s : end[s]]])
         s = end[s]
     return ids
-
-
-def _push_pair(heap: list, piece: bytes, ranks: dict[bytes, int], start: int, stop: int) -> None:
-    """Queue the pair covering ``piece[start:stop]`` if those bytes are a token."""
-    rank = ranks.get(piece[start:stop])
-    if rank is not None:
-        heapq.heappush(heap, (rank, start, stop))
 
 
 def merge_chunk(piece: bytes, ranks: dict[bytes, int]) -> list[int]:
