@@ -106,6 +106,13 @@ def test_the_chunk_cache_stays_bounded_and_never_changes_the_ids(shipped, monkey
     assert fresh.encode_ordinary(text) == expected  # and again from a partly filled cache
 
 
+@pytest.mark.parametrize("text", [" " * 20_000, "x" * 20_000, "ab" * 10_000, "日" * 5_000, "1" * 20_000 + "a" * 9_999])
+def test_one_long_chunk_encodes_like_tiktokens_engine_and_is_not_cached(shipped, text):
+    fresh = Tokenizer(shipped.mergeable_ranks, special_tokens=shipped.special_tokens)
+    assert fresh.encode_ordinary(text) == shipped.to_tiktoken().encode_ordinary(text)
+    assert all(len(chunk) <= tokenizer_module.CACHED_CHUNK_CHARS for chunk in fresh._cache)
+
+
 @pytest.mark.slow  # ~5 s: hypothesis generates 2,500 texts
 @settings(max_examples=2500, deadline=None)
 @given(st.text())
