@@ -35,7 +35,8 @@ class OutOfBlocks(RuntimeError):
 class BlockPool:
     """Keys and values for ``num_blocks`` blocks of ``block_size`` positions, for every layer.
 
-    ``keys[layer, block]`` has shape (n_kv_heads, block_size, head_dim). Each block has a
+    ``keys[layer, block]`` has shape (block_size, n_kv_heads, head_dim): positions first, so a
+    row's blocks laid end to end are its positions in order without a copy. Each block has a
     reference count (how many sequences hold it); a full block of a prompt can carry a name (the
     tuple of every token up to its end) so that later prompts find it.
     """
@@ -46,7 +47,7 @@ class BlockPool:
             raise ValueError(f"num_blocks must be a whole number >= 1, got {num_blocks!r}")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
-        shape = (config.n_layers, num_blocks, config.n_kv_heads, block_size, config.head_dim)
+        shape = (config.n_layers, num_blocks, block_size, config.n_kv_heads, config.head_dim)
         self.keys = torch.empty(shape, device=device, dtype=dtype)
         self.values = torch.empty(shape, device=device, dtype=dtype)
         self.num_blocks, self.block_size = num_blocks, block_size
@@ -172,8 +173,8 @@ def paged_block(block: FastBlock, pool: BlockPool, layer: int, x: torch.Tensor, 
     heads = F.linear(block.attn_norm(x), *block.qkv).view(rows, time, -1, block.head_dim).transpose(1, 2)
     q, k, v = block.rotate(heads, rope)  # (rows, heads, new, head_dim) each
     blocks, offsets = slots
-    pool.keys[layer][blocks, :, offsets] = k.transpose(1, 2)  # (rows, new, heads, head_dim) into place
-    pool.values[layer][blocks, :, offsets] = v.transpose(1, 2)
+    pool.keys[layer][blocks, offsets] = k.transpose(1, 2)  # (rows, new, heads, head_dim) into place
+    pool.values[layer][blocks, offsets] = v.transpose(1, 2)
     keys, values = gather(pool.keys[layer], tables), gather(pool.values[layer], tables)
     n_q, n_kv, _ = block.heads
     y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=n_q != n_kv)
@@ -182,7 +183,9 @@ def paged_block(block: FastBlock, pool: BlockPool, layer: int, x: torch.Tensor, 
 
 
 def gather(layer_pool: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
-    """Each row's blocks laid end to end: (rows, heads, blocks x block_size, head_dim)."""
-    picked = layer_pool[tables]  # (rows, blocks, heads, block_size, head_dim)
-    rows, n_blocks, heads, size, dim = picked.shape
-    return picked.transpose(1, 2).reshape(rows, heads, n_blocks * size, dim)
+    """Each row's blocks laid end to end: (rows, heads, blocks x block_size, head_dim). One copy
+    (``index_select``, the blocks in table order); the rest are views."""
+    rows, n_blocks = tables.shape
+    _, size, heads, dim = layer_pool.shape
+    picked = layer_pool.index_select(0, tables.flatten()).view(rows, n_blocks * size, heads, dim)
+    return picked.transpose(1, 2)
