@@ -205,61 +205,67 @@ def _apply_merge(pair, new_id, words, weights, pair_counts, chunks_with) -> set[
 
     A merge at one position changes only three pairs: ``(before, left)`` becomes
     ``(before, new)``, ``(right, after)`` becomes ``(new, after)``, and the pair itself is gone.
-    Scanning left to right, ``before`` may be a token this same merge just made ("a a a a" ->
+    Scanning left to right, ``before`` may be the token this same merge just made ("a a a a" ->
     "aa aa"); the bookkeeping stays exact because that pair was added a moment earlier.
+
+    Each chunk is visited once, however often the index lists it, and ``list.count`` and
+    ``list.index`` (in C) jump straight to the candidates; the chunk is edited after the scan,
+    in place for a few pairs and rebuilt (:func:`_replace_pairs`) for many, so a long chunk costs
+    one pass per merge, not one per occurrence.
     """
+    left, right = pair
     created: defaultdict[Pair, list[int]] = defaultdict(list)  # new pairs -> chunks that have them
-    for index in dict.fromkeys(chunks_with.pop(pair)):  # each chunk once, however often it is listed
-        merged = _merge_in_chunk(words[index], pair, new_id, weights[index], pair_counts, created, index)
-        if merged is not None:
-            words[index] = merged
+    visited = -1
+    for index in chunks_with.pop(pair):
+        if index == visited:  # listed once per occurrence, side by side (a revisit would find nothing)
+            continue
+        visited = index
+        ids, weight = words[index], weights[index]
+        n, i, last_end = len(ids), 0, -1  # last_end: where the previous merge in this chunk ended
+        positions = []
+        unvisited = ids.count(left)
+        while unvisited:
+            i = ids.index(left, i)
+            unvisited -= 1
+            if i + 1 >= n or ids[i + 1] != right:
+                i += 1
+                continue
+            if i > 0:
+                before = new_id if i == last_end else ids[i - 1]
+                pair_counts[before, left] -= weight
+                pair_counts[before, new_id] += weight
+                created[before, new_id].append(index)
+            if i + 2 < n:
+                after = ids[i + 2]
+                pair_counts[right, after] -= weight
+                pair_counts[new_id, after] += weight
+                created[new_id, after].append(index)
+            positions.append(i)
+            last_end = i = i + 2
+            if right == left:  # the right half was an occurrence of `left` too
+                unvisited -= 1
+        if len(positions) > 16:  # many: rebuild the list in one pass
+            words[index] = _replace_pairs(ids, positions, new_id)
+        else:  # a few: edit in place, from the right so earlier positions stay valid
+            for i in reversed(positions):
+                ids[i : i + 2] = [new_id]
     del pair_counts[pair]  # every occurrence was merged
     chunks_with.update(created)  # pairs with the new token are new keys: nothing to combine
     return set(created)
 
 
-def _merge_in_chunk(ids, pair, new_id, weight, pair_counts, created, index) -> list[int] | None:
-    """One chunk with ``pair`` merged (None if it no longer has it), counts fixed on the way.
+def _replace_pairs(ids: list[int], positions: list[int], new_id: int) -> list[int]:
+    """A new list: ``ids`` with the pair at each of ``positions`` (ascending) replaced by ``new_id``.
 
-    The chunk is rebuilt once: ``ids.index`` (in C) jumps to each candidate, and the runs in
-    between are copied as slices, so a long chunk costs one pass, not one pass per occurrence.
+    Built from slices, so it costs one pass over the chunk instead of one per replaced pair.
     """
-    left, right = pair
-    merged: list[int] = []
-    copied = i = 0  # ids[:copied] are already in `merged`; the search resumes at i
-    n = len(ids)
-    while True:
-        try:
-            i = ids.index(left, i)
-        except ValueError:
-            break
-        if i + 1 >= n or ids[i + 1] != right:
-            i += 1
-            continue
-        merged += ids[copied:i]
-        if merged:
-            before = merged[-1]
-            pair_counts[before, left] -= weight
-            pair_counts[before, new_id] += weight
-            _note(created, (before, new_id), index)
-        if i + 2 < n:
-            after = ids[i + 2]
-            pair_counts[right, after] -= weight
-            pair_counts[new_id, after] += weight
-            _note(created, (new_id, after), index)
+    merged, start = [], 0
+    for i in positions:
+        merged += ids[start:i]
         merged.append(new_id)
-        copied = i = i + 2
-    if copied == 0:
-        return None
-    merged += ids[copied:]
+        start = i + 2
+    merged += ids[start:]
     return merged
-
-
-def _note(created: defaultdict[Pair, list[int]], pair: Pair, index: int) -> None:
-    """Record that chunk ``index`` has ``pair`` (once: a chunk's visits are consecutive)."""
-    chunks = created[pair]
-    if not chunks or chunks[-1] != index:
-        chunks.append(index)
 
 
 def _progress_bar(total: int):
