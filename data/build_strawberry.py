@@ -36,7 +36,8 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from llmkit.chat.template import parse_assistant, render, stop_tokens  # noqa: E402
+from llmkit.chat.parse import parse_assistant  # noqa: E402
+from llmkit.chat.template import render, stop_tokens  # noqa: E402
 from llmkit.course.conversation_data import REAL_WORDS  # noqa: E402
 from llmkit.course.strawberry import STRAWBERRY_FORMATS, strawberry_tasks  # noqa: E402
 from llmkit.course.evals import numbers_in, run_conversation  # noqa: E402

@@ -4,15 +4,10 @@ import re
 
 import pytest
 
-from llmkit.chat.template import (
-    MARKERS,
-    parse_assistant,
-    render,
-    signature,
-    stop_tokens,
-    summary,
-    tool_line,
-)
+from llmkit.chat.markers import MARKERS
+from llmkit.chat.parse import parse_assistant
+from llmkit.chat.template import render, stop_tokens, tool_line
+from llmkit.chat.tool_signature import signature, summary
 from llmkit.paths import data_path
 from llmkit.tokens.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer
 from llmkit.chat.tools import run_tool_call, tool_result

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from llmkit.chat.template import marker_ids
+from llmkit.chat.markers import marker_ids
 from llmkit.chat.client import Client, ContentDelta, ContextWindowError, Message
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import DATA_DIR, data_path

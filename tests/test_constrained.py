@@ -12,10 +12,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmkit.chat.template import marker_ids, parse_assistant, render, stop_tokens
 from llmkit.chat.client import Client
-from llmkit.chat.constrained import (CallGrammar, ToolCallConstraint, UnsupportedSchemaError, call_matcher,
-                                tool_definitions, value_matcher)
+from llmkit.chat.constrained import CallGrammar, ToolCallConstraint, call_matcher
+from llmkit.chat.markers import marker_ids
+from llmkit.chat.parse import parse_assistant
+from llmkit.chat.template import render, stop_tokens
+from llmkit.chat.tool_signature import tool_definitions
+from llmkit.generation.json_automaton import UnsupportedSchemaError, value_matcher
 from llmkit.generation.generate import generate
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.generation.sampling import SamplingParams, TokenConstraint
@@ -199,6 +202,7 @@ def test_bytes_must_be_well_formed_utf8():
     ({"type": "object", "properties": {}, "additionalProperties": {"type": "string"}}, "additionalProperties"),
     ({"type": "object", "properties": {}, "required": ["x"]}, r"required key\(s\) \['x'\]"),
     ({"type": "object", "properties": {"x": {"enum": ["a"], "type": "integer"}}}, "no value of its enum"),
+    ({"type": "object", "properties": {"x": {"enum": [{"a": 1}], "type": "object"}}}, "enum of type 'object'"),
     ({"type": "object", "properties": {}, "patternProperties": {}}, "patternProperties"),
 ])
 def test_an_unsupported_schema_is_an_error_naming_the_feature(schema, feature):

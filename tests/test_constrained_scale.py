@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmkit.chat.constrained import Choice, ToolCallConstraint, value_matcher
+from llmkit.chat.constrained import ToolCallConstraint
+from llmkit.generation.json_automaton import Choice, value_matcher
 from llmkit.tokens.tokenizer import Tokenizer
 
 
@@ -41,6 +42,13 @@ def test_an_enum_keeps_only_values_of_its_type():
     matcher = value_matcher({"type": "integer", "enum": list(range(10_000)) + ["7", 2.5, True]}, "v")
     assert matcher.accepts(b"9999") and not matcher.accepts(b'"7"') and not matcher.accepts(b"2.5")
     assert not matcher.accepts(b"true")
+
+
+def test_an_enum_without_a_type_takes_its_values_as_they_are():
+    matcher = value_matcher({"enum": ["a", 1, None, [1, 2], {"k": True}]}, "v")
+    for text in (b'"a"', b"1", b"null", b"[1, 2]", b'{"k": true}'):
+        assert matcher.accepts(text), text
+    assert not matcher.accepts(b"2") and not matcher.accepts(b'"b"')
 
 
 class FarOffSpecial:

@@ -12,7 +12,8 @@ from llmkit.course import conversations as conv
 from llmkit.course import conversation_data as data
 from llmkit.course import preferences as prefs
 from llmkit.course import strawberry as straw
-from llmkit.chat.template import MARKERS, parse_assistant
+from llmkit.chat.markers import MARKERS
+from llmkit.chat.parse import parse_assistant
 from llmkit.paths import data_path
 from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.chat.tools import run_tool_call, tools_by_name, validate_arguments

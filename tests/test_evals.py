@@ -4,7 +4,8 @@ import json
 import pytest
 import torch
 
-from llmkit.chat.template import parse_assistant, render, stop_tokens
+from llmkit.chat.parse import parse_assistant
+from llmkit.chat.template import render, stop_tokens
 from llmkit.course.conversations import make_conversations, weather_conversation
 from llmkit.course.evals import (Transcript, answer_consistent, invents_number, names_user, score, tool_call_valid)
 from llmkit.generation.generate import generate

@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmkit.chat import template as chat_template
+from llmkit.chat import tool_signature
 from llmkit.chat.template import render
 from llmkit.course.conversations import BUILDERS, make_conversations
 from llmkit.model import export
@@ -306,8 +306,7 @@ ABBREVIATED = ["Get the weather, e.g. in Pune. Then more.", "Made in the U.S. by
                "No sentence end at all", "Ends here? Then this.", "", "Trailing dot.", "(e.g. this) works. Next"]
 
 
-@pytest.mark.parametrize("description", ABBREVIATED + [f"Like {a} this. Next." for a in chat_template.ABBREVIATIONS]
-                         if hasattr(chat_template, "ABBREVIATIONS") else ABBREVIATED)
+@pytest.mark.parametrize("description", ABBREVIATED + [f"Like {a} this. Next." for a in tool_signature.ABBREVIATIONS])
 def test_tool_summaries_match(exported, description):
     _, tokenizer, _, hf_tokenizer = exported["chat"]
     tool = {"name": "lookup", "description": description,

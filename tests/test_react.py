@@ -13,7 +13,7 @@ from llmkit.course import conversation_data as data
 from llmkit.course import preferences as prefs
 from llmkit import cli
 from llmkit.course import react
-from llmkit.chat.template import MARKERS
+from llmkit.chat.markers import MARKERS
 from llmkit.course.call_failures import react_parse_failures
 from llmkit.course.evals import EVAL_KINDS
 from llmkit.course.entities import with_fresh_entity

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmkit.chat.template import marker_ids
+from llmkit.chat.markers import marker_ids
 from llmkit.course.phrasing_pools import TRAIN
 from llmkit.course.skill_preferences import make_skill_preferences
 from llmkit.course.skill_scores import SCORES, calls_in, evaluate_skills, fractions, repeats, score

@@ -57,7 +57,8 @@ from llmkit.chat.message import ContentDelta, ContextWindowError, Message
 from llmkit.chat.reply import Round, deltas, final_content, message_usage, record_round
 from llmkit.chat.server_tools import (MAX_SERVER_CALLS, SERVER_LIMIT_ERROR, label_server_calls, run_server_call,
                                       server_call, server_tools)
-from llmkit.chat.template import Rendered, parse_assistant, render, server_result_ids, stop_tokens
+from llmkit.chat.parse import parse_assistant
+from llmkit.chat.template import Rendered, render, server_result_ids, stop_tokens
 from llmkit.chat.trace import Bill, Prices, Trace
 from llmkit.checks import check_bool, check_int
 from llmkit.generation.generate import PrefixCache, check_stop_sequences, stream as generate_stream

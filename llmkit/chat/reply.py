@@ -2,7 +2,7 @@
 trace's events.
 
 The model writes one row of tokens per generation ("round"; a request in which the client ran a
-server tool has one more round per call). ``llmkit.chat.template.parse_assistant`` reads them as
+server tool has one more round per call). ``llmkit.chat.parse.parse_assistant`` reads them as
 blocks; this module cuts a matched stop sequence out, streams only text that can no longer change,
 adds every round up into one ``Usage``, and records each round in a ``Trace``.
 """
@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from llmkit.chat.message import ContentDelta
 from llmkit.chat.server_tools import MAX_SERVER_CALLS
-from llmkit.chat.template import parse_assistant
+from llmkit.chat.parse import parse_assistant
 from llmkit.chat.trace import Trace
 from llmkit.generation.generate import Usage
 

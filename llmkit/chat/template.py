@@ -46,33 +46,17 @@ The rules, in order:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from llmkit.chat.markers import marker_ids
+from llmkit.chat.tool_signature import check_tool, signature, summary, tool_definitions
 from llmkit.checks import check_bool
 
-MARKERS = {
-    "endoftext": "<|endoftext|>",
-    "system": "<|system|>",
-    "user": "<|user|>",
-    "assistant": "<|assistant|>",
-    "tools": "<|tools|>",
-    "thinking": "<|thinking|>",
-    "end_thinking": "<|end_thinking|>",
-    "tool_call": "<|tool_call|>",
-    "end_tool_call": "<|end_tool_call|>",
-    "tool_result": "<|tool_result|>",
-    "end_tool_result": "<|end_tool_result|>",
-    "end_turn": "<|end_turn|>",
-}
 ROLES = ("user", "assistant")
 BLOCK_TYPES = {"user": ("text", "tool_result"),
                "assistant": ("text", "thinking", "tool_use", "server_tool_use", "server_tool_result")}
 ERROR_PREFIX = "Error: "
-TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-PARAMETER_NAME = re.compile(r"[\w-]+")  # what the short signature can show; other names go as JSON
-ABBREVIATIONS = ("e.g.", "i.e.", "cf.", "vs.", "approx.", "Mr.", "Mrs.", "Ms.", "Dr.", "St.")
 
 
 @dataclass(frozen=True)
@@ -123,18 +107,6 @@ class StopTokens(NamedTuple):
     tool_use: tuple[int, ...]
 
 
-def marker_ids(tokenizer) -> dict[str, int]:
-    """Short name -> id of each chat marker, e.g. ``marker_ids(tok)["end_turn"]``."""
-    special = tokenizer.special_tokens
-    missing = [text for text in MARKERS.values() if text not in special]
-    if missing:
-        raise ValueError(
-            f"this tokenizer has no chat markers {missing}; use the course tokenizer "
-            f"(data/models/base/tokenizer.json) or train one with llmkit.tokens.tokenizer.COURSE_SPECIAL_TOKENS"
-        )
-    return {name: special[text] for name, text in MARKERS.items()}
-
-
 def stop_tokens(tokenizer) -> StopTokens:
     """The ids that end generation of an assistant turn, grouped by stop reason."""
     ids = marker_ids(tokenizer)
@@ -153,104 +125,9 @@ def tool_line(definition: dict) -> str:
     conversation (question, call, a 77-token result, answer) must still fit beside its tool. A
     model with a longer context would be shown everything.
     """
-    definition = _check_tool(definition, "tool")
+    definition = check_tool(definition, "tool")
     return f"{definition['name']}({signature(definition['input_schema'])}): {summary(definition['description'])}"
 
-
-def summary(description: str) -> str:
-    """The first sentence of ``description``, on one line (all of it if there is no sentence end).
-
-    A sentence ends at ``.``, ``!`` or ``?`` before a space, but not at the dot of an abbreviation
-    such as "e.g." or "U.S." (a full stop is not the only job a dot has)."""
-    text = " ".join(description.split())
-    for end in re.finditer(r"[.!?](?=\s|$)", text):
-        if not _is_abbreviation(text[: end.end()]):
-            return text[: end.end()]
-    return text
-
-
-def _is_abbreviation(text: str) -> bool:
-    """Does ``text`` end with an abbreviation's dot rather than a sentence's?"""
-    word = text.rsplit(" ", 1)[-1].lstrip("(\"'")
-    return word.endswith(ABBREVIATIONS) or re.fullmatch(r"(?:\w\.){2,}", word) is not None
-
-
-def signature(schema: dict) -> str:
-    """A tool's input schema as a short parameter list, e.g. ``city: string, day?: "today"|"tomorrow"``."""
-    simple = (
-        schema.get("type") == "object"
-        and set(schema) <= {"type", "properties", "required", "additionalProperties", "description"}
-        and schema.get("additionalProperties", False) is False
-        and isinstance(schema.get("properties", {}), dict)
-        and all(isinstance(name, str) and PARAMETER_NAME.fullmatch(name) for name in schema.get("properties", {}))
-    )
-    if not simple:
-        return _compact_json(_without_descriptions(schema))
-    required = schema.get("required", [])
-    params = []
-    for name, prop in schema.get("properties", {}).items():
-        has_default = isinstance(prop, dict) and "default" in prop
-        default = f" = {_compact_json(prop['default'])}" if has_default else ""
-        optional = "" if name in required or has_default else "?"  # a default already says "may be left out"
-        params.append(f"{name}{optional}: {_type_text(prop)}{default}")
-    return ", ".join(params)
-
-
-def _type_text(prop: Any) -> str:
-    keys = set(prop) - {"description", "default"} if isinstance(prop, dict) else None
-    if keys == {"type"} and prop["type"] in ("string", "integer", "number", "boolean"):
-        return prop["type"]
-    if keys in ({"enum"}, {"type", "enum"}) and isinstance(prop["enum"], list) and prop["enum"]:
-        return "|".join(_compact_json(value) for value in prop["enum"])
-    if keys == {"type", "items"} and prop["type"] == "array":
-        inner = _type_text(prop["items"])
-        return f"({inner})[]" if "|" in inner else f"{inner}[]"
-    return _compact_json(_without_descriptions(prop))
-
-
-def _without_descriptions(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        return {k: _without_descriptions(v) for k, v in schema.items() if k != "description"}
-    if isinstance(schema, list):
-        return [_without_descriptions(v) for v in schema]
-    return schema
-
-
-def _compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _check_tool(definition: Any, where: str) -> dict:
-    if hasattr(definition, "definition") and callable(definition.definition):  # an llmkit Tool
-        definition = definition.definition()
-    if not isinstance(definition, dict):
-        raise TypeError(f"{where} must be a Tool or a dict with name, description and input_schema, "
-                        f"got {type(definition).__name__}")
-    for key, kind in (("name", str), ("description", str), ("input_schema", dict)):
-        if key not in definition:
-            raise ValueError(f"{where} has no {key!r}; a tool needs a name, a description and an input_schema")
-        if not isinstance(definition[key], kind):
-            raise TypeError(f"{where}['{key}'] must be a {kind.__name__}, got {definition[key]!r}")
-    if not TOOL_NAME.fullmatch(definition["name"]):
-        raise ValueError(f"{where}['name'] is {definition['name']!r}; a tool name is 1 to 64 letters, digits, '_' "
-                         f"or '-' (no spaces or line breaks, which would change how the tools are shown)")
-    return definition
-
-
-def tool_definitions(tools) -> list[dict]:
-    """``tools`` (``llmkit.chat.tools.Tool`` objects or definition dicts) as checked definitions: the
-    one place a tool list is read, so the prompt, the constraint and the client agree on it. Two
-    tools with one name are refused: the model could not tell them apart."""
-    if tools is None:
-        return []
-    if isinstance(tools, (dict, str)) or not isinstance(tools, (list, tuple)):
-        raise TypeError(f"tools must be a list of Tool objects or tool definitions, got {type(tools).__name__}")
-    definitions = [_check_tool(item, f"tools[{i}]") for i, item in enumerate(tools)]
-    names = [definition["name"] for definition in definitions]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise ValueError(f"tools has more than one tool named {repeated}; the model could not tell them apart")
-    return definitions
 
 
 # ---------------------------------------------------------------------------------------------- render
@@ -491,80 +368,3 @@ def _tool_call_text(block: dict, where: str) -> str:
     if not isinstance(tool_input, dict):
         raise TypeError(f"{where}['input'] must be a dict of arguments, got {tool_input!r}")
     return json.dumps({"name": name, "input": tool_input}, ensure_ascii=False)
-
-
-# ---------------------------------------------------------------------------------------------- parse
-def parse_assistant(tokenizer, ids, *, tool_use_id: str = "toolu_0") -> list[dict]:
-    """Turn the tokens a model generated after ``<|assistant|>`` back into content blocks.
-
-    Thinking, text and a tool call come back as ``thinking``, ``text`` and ``tool_use`` blocks. The
-    turn ends at a stop token (``stop_tokens``); tokens after it are an error, so parse one turn at
-    a time. Output cut off early (max_tokens) keeps what was written. Generation stops at the end
-    of a tool call, so a turn holds at most one: it gets ``tool_use_id`` (a harness passes a fresh
-    id each turn).
-
-    A malformed call (not JSON, not ``{"name": str, "input": {...}}``, or cut off) still becomes a
-    ``tool_use`` block, so the conversation keeps its shape: ``input`` holds the raw text the model
-    wrote (rendered back verbatim) and ``error`` says what is wrong. The harness answers it with
-    ``tool_result(block["id"], block["error"], is_error=True)`` so the model can try again.
-    """
-    markers = marker_ids(tokenizer)
-    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-    stops = {markers["end_turn"], markers["endoftext"], markers["end_tool_call"]}
-    blocks: list[dict] = []
-    state, buffer = "text", []
-    for position, token in enumerate(ids):
-        if state == "text" and token in (markers["thinking"], markers["tool_call"]):
-            _close(blocks, state, tokenizer.decode(buffer), tool_use_id, finished=True)
-            state, buffer = ("thinking" if token == markers["thinking"] else "tool_call"), []
-        elif state == "thinking" and token == markers["end_thinking"]:
-            _close(blocks, state, tokenizer.decode(buffer), tool_use_id, finished=True)
-            state, buffer = "text", []
-        elif token in stops:
-            finished = state != "tool_call" or token == markers["end_tool_call"]
-            _close(blocks, state, tokenizer.decode(buffer), tool_use_id, finished=finished)
-            if position != len(ids) - 1:
-                raise ValueError(f"token {position + 1} ({ids[position + 1]}) comes after the end of the assistant "
-                                 f"turn; pass the tokens of one turn, up to and including its stop token")
-            return blocks
-        else:  # ordinary text, or a stray marker, which stays in the text as its literal name
-            buffer.append(token)
-    _close(blocks, state, tokenizer.decode(buffer), tool_use_id, finished=False)
-    return blocks
-
-
-def _close(blocks: list[dict], state: str, text: str, tool_use_id: str, *, finished: bool) -> None:
-    """Append the block that ``state`` was reading (an empty text is no block)."""
-    if state == "text" and text:
-        blocks.append({"type": "text", "text": text})
-    elif state == "thinking":
-        blocks.append({"type": "thinking", "thinking": text})
-    elif state == "tool_call":
-        blocks.append(_tool_use(text, tool_use_id, cut_off=not finished))
-
-
-def _tool_use(body: str, call_id: str, *, cut_off: bool) -> dict:
-    shape = 'write {"name": "<tool>", "input": {<arguments>}} between <|tool_call|> and <|end_tool_call|>'
-    if cut_off:
-        return _malformed(body, call_id, f"the tool call was cut off before <|end_tool_call|>; {shape}")
-    try:
-        call = json.loads(body, parse_constant=_refuse_constant)
-    except ValueError as exc:
-        return _malformed(body, call_id, f"the tool call is not valid JSON ({exc}); {shape}")
-    if not isinstance(call, dict) or set(call) != {"name", "input"}:
-        problem = "the tool call must be a JSON object with exactly the keys name and input"
-        return _malformed(body, call_id, f"{problem}; {shape}")
-    if not isinstance(call["name"], str) or not call["name"]:
-        return _malformed(body, call_id, f"the tool call's name must be a non-empty string; {shape}")
-    if not isinstance(call["input"], dict):
-        return _malformed(body, call_id, f"the tool call's input must be a JSON object of arguments; {shape}",
-                          name=call["name"])
-    return {"type": "tool_use", "id": call_id, "name": call["name"], "input": call["input"]}
-
-
-def _malformed(body: str, call_id: str, error: str, *, name: str = "") -> dict:
-    return {"type": "tool_use", "id": call_id, "name": name, "input": body, "error": error}
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")

@@ -37,7 +37,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from llmkit.chat.template import ERROR_PREFIX, signature
+from llmkit.chat.template import ERROR_PREFIX
+from llmkit.chat.tool_signature import signature
 from llmkit.chat.tools import Tool, ToolArgumentsError, tools_by_name, validate_arguments
 from llmkit.course.tools import EXAMPLE_TOOLS
 

@@ -9,4 +9,6 @@ module ``llmkit.generation.generate`` behind the function of the same name):
     llmkit.generation.request       check_request, check_stop_sequences (every argument checked once)
     llmkit.generation.text_stream   TextStream (tokens in, final text out, stop sequences held back)
     llmkit.generation.prefix_cache  PrefixCache, PrefixCacheStats
+    llmkit.generation.json_automaton  value_matcher, object_matcher, UnsupportedSchemaError: JSON read byte
+                                    by byte against a schema (what constrained decoding asks at each step)
 """

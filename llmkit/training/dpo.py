@@ -18,7 +18,7 @@ from typing import Callable, Protocol, Sequence
 import torch
 import torch.nn.functional as F
 
-from llmkit.chat.template import marker_ids
+from llmkit.chat.markers import marker_ids
 from llmkit.model.transformer import Transformer
 from llmkit.training.config import FinetuneConfig
 from llmkit.training.data import Batch

@@ -14,7 +14,7 @@ from typing import Callable, Protocol, Sequence
 
 import torch
 
-from llmkit.chat.template import marker_ids
+from llmkit.chat.markers import marker_ids
 from llmkit.model.config import ModelConfig
 from llmkit.model.transformer import Transformer
 from llmkit.training.data import Batch

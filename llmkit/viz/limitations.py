@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from llmkit.chat.template import marker_ids
+from llmkit.chat.markers import marker_ids
 from llmkit.chat.constrained import ToolCallConstraint
 from llmkit.paths import data_path
 from llmkit.chat.tools import Tool, run_tool_call
