@@ -3,8 +3,6 @@ cache, the context window, request errors and marker injection, on a small rando
 when it has been trained, the shipped chat model."""
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 
@@ -142,18 +140,31 @@ def test_stream_deltas_add_up_to_the_final_message(client):
             assert streamed == block["input"]
 
 
-def test_a_stop_sequence_ends_the_reply_and_is_left_out(client):
-    free = client.messages.create(messages=ask("Hello"), max_tokens=40, temperature=0)
-    text = free.text
-    plain = max(re.split(r"<\|\w+\|>", text), key=len)  # a stop sequence never matches a marker's text
-    if len(plain) < 8:
-        pytest.skip("the random model wrote too little plain text to pick a stop sequence")
-    stop = plain[4:7]
-    items = list(client.messages.stream(messages=ask("Hello"), max_tokens=40, temperature=0, stop_sequences=[stop]))
+def scripted_client(tokenizer, written: str, messages: list[dict]) -> Client:
+    """A client over a model that writes ``written`` (markers included) as its reply to ``messages``."""
+    torch.manual_seed(0)
+    config = ModelConfig.llama(vocab_size=tokenizer.vocab_size, context_length=256, d_model=32, n_layers=2, n_heads=2)
+    model = ScriptedModel(config, tokenizer.encode(written, allowed_special="all")).eval()
+    client = Client.from_model(model, tokenizer)
+    model.prompt_length = len(client.messages.render(messages=messages))
+    return client
+
+
+def test_a_stop_sequence_ends_the_reply_and_is_left_out(tokenizer):
+    messages = ask("Hello")
+    client = scripted_client(tokenizer, "The sky is blue. The sea is green.<|end_turn|>", messages)
+    free = client.messages.create(messages=messages, max_tokens=40, temperature=0)
+    assert free.stop_reason == "end_turn" and free.text == "The sky is blue. The sea is green."
+    stop = "blue. The"  # spans several tokens; "sea is" would match too, but later
+    assert len(tokenizer.encode(stop)) > 1
+    items = list(client.messages.stream(messages=messages, max_tokens=40, temperature=0,
+                                        stop_sequences=["sea is", stop]))
     reply = items[-1]
     assert reply.stop_reason == "stop_sequence" and reply.stop_sequence == stop
-    assert stop not in re.sub(r"<\|\w+\|>", "\n", reply.text) and text.startswith(reply.text)
-    assert "".join(d.text for d in items[:-1] if d.type == "text") == reply.text
+    assert reply.text == "The sky is "
+    assert reply.content == [{"type": "text", "text": "The sky is "}]
+    assert "".join(d.text for d in items[:-1] if d.type == "text") == reply.text  # no held-back text leaks
+    assert reply.usage.output_tokens < free.usage.output_tokens  # generation stopped, not just the text
 
 
 def test_too_long_a_prompt_is_an_error_that_says_by_how_much(tokenizer):
