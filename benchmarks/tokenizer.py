@@ -11,7 +11,8 @@ Prints, side by side and as ratios (lower time ratio = llmkit faster):
   * bytes per token on held-out text vs ``tokenizers`` trained with the same split and vocab;
   * encoding throughput of llmkit's pure-Python encoder vs tiktoken (one thread, warm chunk cache);
   * exactness: cl100k_base through llmkit vs tiktoken, and our ranks through tiktoken vs llmkit;
-  * one 1 MB chunk (a repeated character; letters with no whitespace) through cl100k_base.
+  * one 1 MB chunk (a repeated character; letters with no whitespace) through cl100k_base, and
+    training on one 30,000-letter word vs rustbpe.
 Timings are CPU seconds, the best of a few repeats; on a shared machine they still move by 10-30 %.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # peers single-threaded, like us (read at first use)
 
+import random  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -196,6 +198,11 @@ def bench_long_chunks(corpus: str) -> None:
         tik, tik_ids = best_time(lambda: cl100k.encode_ordinary(text), repeats=1)
         print(f"  {label}: llmkit {ours:.2f} s | tiktoken {tik:.2f} s | same ids: {our_ids == tik_ids}")
         print(f"    RATIO {label}: llmkit / tiktoken = {ours / tik:.2f}x")
+    rng = random.Random(0)
+    word = "".join(rng.choice("abcdefghij") for _ in range(30_000))
+    ours, _ = best_time(lambda: Tokenizer.train(word, 256 + 300), repeats=1)
+    rust, _ = best_time(lambda: train_rustbpe([word], 256 + 300), repeats=1)
+    report("train 300 merges on one 30,000-letter word", ours, {"rustbpe": rust})
 
 
 def main(argv: list[str] | None = None) -> None:
