@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llmkit.chat.agent import run_agent
-from llmkit.chat.client import Client, ContextWindowError
+from llmkit.chat.client import Client
 from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments
 from llmkit.chat.trace import Trace
 from llmkit.course.call_failures import VALIDITY_TEMPERATURES, tool_call_validity_table
@@ -82,19 +82,19 @@ def run_conversation(model: Transformer, tokenizer, messages: list[dict], *, too
     on its own). Only tools that were offered can run: a call to any other comes back as an error
     result, as it would from a real harness. Stops after ``max_tool_calls`` calls, or with stop
     reason "context_window" when the conversation no longer fits the model's context.
+    ``output_tokens`` counts every token the model wrote, also of a reply the loop asked for again.
     """
     client, trace = Client.from_model(model, tokenizer), Trace()
-    try:
-        run_agent(client, list(messages), offered_tools(tools), max_iterations=max_tool_calls + 1, trace=trace,
-                  system=system, max_tokens=max_new_tokens, temperature=0, cache=False, constrain_tools=False)
-        window_full = []
-    except ContextWindowError:  # the turns so far are in the trace
-        window_full = ["context_window"]
-    answers = trace.of_kind("answer")
-    results = [{"type": "tool_result", "content": event.data["content"], "is_error": event.data["is_error"]}
-               for event in trace.of_kind("tool_result")]
-    return Transcript([event.data["content"] for event in answers], results,
-                      [event.data["stop_reason"] for event in answers] + window_full, trace.bill().output_tokens)
+    run = run_agent(client, list(messages), offered_tools(tools), max_iterations=max_tool_calls + 1, trace=trace,
+                    system=system, max_tokens=max_new_tokens, temperature=0, cache=False, constrain_tools=False)
+    written = run.transcript[len(messages):]
+    turns = [message["content"] for message in written if message["role"] == "assistant"]
+    results = [block for message in written if message["role"] == "user" for block in message["content"]
+               if block.get("type") == "tool_result"]
+    stop_reasons = ["tool_use"] * (len(turns) - 1) + ([run.final.stop_reason] if turns else [])  # on after calls
+    if run.stop_reason == "context_window":  # the next request could not fit, even with room made
+        stop_reasons.append("context_window")
+    return Transcript(turns, results, stop_reasons, trace.bill().output_tokens)
 
 
 # ------------------------------------------------------------------------------------- the scores
