@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
+import time
 
 import anthropic
 import httpx
@@ -28,6 +30,49 @@ QUESTIONS = ["What is the weather in Pune?", "Count the letter r in strawberry."
              "Tell me a short fact.", "What is 144 divided by 12?"]
 
 
+def engine_only(args, questions: list[str]) -> None:
+    """The same comparison without HTTP: the engine's own streams, in this process."""
+    import torch
+
+    from llmkit.chat.template import render
+    from llmkit.model.weights import load_model
+    from llmkit.serve.engine import Engine
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(args.model)
+    engine = Engine(model, max_batch=16, kv_cache_mb=args.kv_cache_mb)
+    prompts = [render(tokenizer, [{"role": "user", "content": q}]).ids for q in questions]
+
+    def tokens_per_s(clients: int) -> float:
+        pending, made, lock = list(prompts), [], threading.Lock()
+
+        def worker():
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    prompt = pending.pop()
+                n = sum(e.type == "token" for e in engine.stream(model, prompt, max_new_tokens=args.max_tokens))
+                with lock:
+                    made.append(n)
+
+        started = time.perf_counter()
+        workers = [threading.Thread(target=worker) for _ in range(clients)]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
+        return sum(made) / (time.perf_counter() - started)
+
+    tokens_per_s(8)  # warm up
+    alone = tokens_per_s(1)
+    print(f"\nthe engine alone (no HTTP, greedy, same prompts): one at a time {alone:.1f} tokens/s")
+    for clients in (2, 4, 8, 16):
+        speed = tokens_per_s(clients)
+        print(f"{clients:>8} streams {speed:>9.1f} tokens/s {speed / alone:>6.2f}x")
+    engine.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="chat")
@@ -35,6 +80,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--kv-cache-mb", type=float, default=64.0)
+    parser.add_argument("--engine-only", action="store_true", help="also time the engine without HTTP")
     args = parser.parse_args()
     questions = [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(args.requests)]
     server = ServerProcess("--no-auth", "--model", args.model, "--threads", str(args.threads), "--max-batch", "16",
@@ -69,6 +115,8 @@ def main() -> None:
     finally:
         server.stop()
         print(f"\nSIGTERM: the server finished and stopped (exit status {server.process.returncode})")
+    if args.engine_only:
+        engine_only(args, questions)
 
 
 if __name__ == "__main__":

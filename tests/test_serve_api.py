@@ -291,3 +291,23 @@ def test_sigterm_finishes_the_stream_in_flight_then_stops(tokenizer, tmp_path, f
             server.kill()
     printed = server.stdout.read()
     assert f'anthropic.Anthropic(base_url="{url}"' in printed and f'openai.OpenAI(base_url="{url}/v1"' in printed
+
+
+def test_a_body_that_never_finishes_arriving_is_timed_out(server, monkeypatch):
+    import socket
+
+    from llmkit.serve import app
+
+    monkeypatch.setattr(app, "BODY_TIMEOUT_S", 0.5)
+    host, port = server.url[len("http://"):].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: " + KEY.encode()
+                     + b"\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"model\"")
+        answer = b""
+        while b"}}" not in answer:  # the headers and the JSON error body may come in separate pieces
+            piece = sock.recv(4096)
+            assert piece, f"the server closed the connection without an answer: {answer!r}"
+            answer += piece
+        answer = answer.decode()
+    assert answer.startswith("HTTP/1.1 408") and "timeout_error" in answer
+    assert httpx.get(server.url + "/v1/models", headers={"x-api-key": KEY}).status_code == 200  # still serving

@@ -31,7 +31,7 @@ from llmkit.serve.gateway import Gateway
 from llmkit.serve.requests import check_max_tokens
 from llmkit.serve.sequence import RequestContext, RequestTimeout
 
-JSON_MEDIA = "application/json"
+BODY_TIMEOUT_S = 30
 
 
 @dataclass
@@ -212,10 +212,14 @@ async def read_json(request: Request, limit: int) -> Any:
     if declared and declared.isdigit() and int(declared) > limit:
         raise APIError(413, f"request body is {int(declared)} bytes; this server takes at most {limit}")
     body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise APIError(413, f"request body is over {limit} bytes, the most this server takes")
+    try:
+        with anyio.fail_after(BODY_TIMEOUT_S):  # a client that sends its body slowly holds nothing for long
+            async for piece in request.stream():
+                body += piece
+                if len(body) > limit:
+                    raise APIError(413, f"request body is over {limit} bytes, the most this server takes")
+    except TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {BODY_TIMEOUT_S} s") from None
     try:
         return json.loads(body)
     except ValueError as error:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 # Anthropic's error type for each status; OpenAI's bodies use these names too where they exist
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                   404: "not_found_error", 408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error",
                    500: "api_error", 503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
 OPENAI_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
-                404: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_exceeded",
+                404: "invalid_request_error", 408: "timeout", 413: "invalid_request_error", 429: "rate_limit_exceeded",
                 500: "server_error", 503: "server_error", 504: "timeout", 529: "server_error"}
 OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found", 413: "request_too_large",
                 429: "rate_limit_exceeded", 503: "overloaded"}
