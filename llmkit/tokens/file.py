@@ -116,7 +116,7 @@ def load(cls, path: str | Path):
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ValueError(f"{path} is not an llmkit tokenizer file (missing \"format\": \"{FORMAT}\")")
     version = document.get("version")
-    if not isinstance(version, int) or version < 1:
+    if not is_int(version) or version < 1:
         raise ValueError(f"{path} has an invalid format version {version!r}")
     if version > VERSION:
         raise ValueError(

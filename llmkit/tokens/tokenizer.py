@@ -235,7 +235,8 @@ class Tokenizer:
 
     def _is_id(self, token_id) -> bool:
         try:
-            return token_id in self._vocab and not isinstance(token_id, (bool, float))
+            # numpy integers are ids too; True and 1.0 only compare equal to one
+            return not isinstance(token_id, (bool, float)) and token_id in self._vocab
         except TypeError:  # unhashable, e.g. a nested list
             return False
 
