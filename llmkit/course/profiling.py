@@ -186,14 +186,15 @@ def median_time_to_first_token(runs: Sequence[Sequence[Any]]) -> list[float]:
 def replay_chat(client: Client, messages: Sequence[str], *, system: str | None = None,
                 **create: Any) -> list[RequestRow]:
     """Send ``messages`` as user turns, one request each, continuing the stored conversation
-    (``previous_id``) the way a chat app does, and return one ``RequestRow`` per turn.
+    (``previous_id``) the way a chat app does, and return one ``RequestRow`` per turn. ``system``
+    goes with the first request; the stored conversation keeps it for the rest.
 
     ``create`` goes to every ``client.messages.create`` (``max_tokens``, ``temperature``, ``cache``,
     ...). Pass a fresh ``Client.from_model(model, tokenizer)`` to start with an empty prompt cache;
     the last row's ``id`` is the stored conversation's id in ``client.conversations``."""
     trace, previous = Trace(), None
     for text in messages:
-        reply = client.messages.create(messages=[{"role": "user", "content": text}], system=system,
-                                       previous_id=previous, trace=trace, **create)
+        reply = client.messages.create(messages=[{"role": "user", "content": text}], previous_id=previous,
+                                       system=system if previous is None else None, trace=trace, **create)
         previous = reply.id
     return request_rows(trace)
