@@ -44,6 +44,9 @@ class ServerLimits:
 
 @dataclass
 class ServerState:
+    """Everything the routes share: the engine (the one model), the tokenizer, the gateway, the
+    served model's name, the server tools it runs (e.g. the course's web_search) and the limits."""
+
     engine: Engine
     tokenizer: Any
     gateway: Gateway
@@ -60,6 +63,12 @@ class ServerState:
         client._numbers = self.numbers  # message and tool-call ids unique across the server's requests
         client.token_stream = functools.partial(self.engine.stream, context=context)
         return client
+
+
+def connection_limit(state: ServerState) -> int:
+    """Connections uvicorn serves at once (it answers 503 beyond): the batch, the queue, and room
+    for cheap requests (stats, models, refusals), so a flood cannot make unbounded threads."""
+    return state.engine.max_batch + state.engine.max_waiting + 32
 
 
 def create_app(state: ServerState) -> FastAPI:

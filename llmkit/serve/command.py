@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from llmkit.serve.app import ServerLimits, ServerState, create_app
+from llmkit.serve.app import ServerLimits, ServerState, connection_limit, create_app
 from llmkit.serve.engine import Engine
 from llmkit.serve.gateway import Gateway
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None, *, server_tools: dict | None = None) -> 
           f"{state.engine.pool.block_size} tokens, batch up to {args.max_batch})\n"
           f"Paste into Python:\n{sdk_lines(base_url, keys[0] if keys else 'no-key-needed')}", flush=True)
     uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning",
-                timeout_graceful_shutdown=int(args.request_timeout))
+                limit_concurrency=connection_limit(state), timeout_graceful_shutdown=int(args.request_timeout))
     return 0
 
 
@@ -121,7 +121,7 @@ class BackgroundServer:
                 port = sock.getsockname()[1]
         self.state, self.url = state, f"http://{host}:{port}"
         config = uvicorn.Config(create_app(state), host=host, port=port, log_level="warning",
-                                timeout_graceful_shutdown=30)
+                                limit_concurrency=connection_limit(state), timeout_graceful_shutdown=30)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="llmkit-serve", daemon=True)
         self.thread.start()
