@@ -233,7 +233,8 @@ def test_server_blocks_render_as_a_call_a_result_and_a_new_header(tokenizer):
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "s",
                                       "content": search_result("s")["content"]}]},
         {"role": "assistant", "content": "Rain."}]
-    assert server == render(tokenizer, client_style, tools=[web_search], add_generation_prompt=False)  # ids and mask
+    client = render(tokenizer, client_style, tools=[web_search], add_generation_prompt=False)
+    assert (server.ids, server.mask, server.roles) == (client.ids, client.mask, client.roles)  # one message vs three
     trained = [tokenizer.decode(server.ids[a:b]) for a, b in server.assistant_spans()]
     assert trained[0].endswith("<|end_tool_call|>") and trained[1] == "Rain.<|end_turn|>"
 
