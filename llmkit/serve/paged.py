@@ -48,8 +48,10 @@ class BlockPool:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
         shape = (config.n_layers, num_blocks, block_size, config.n_kv_heads, config.head_dim)
-        self.keys = torch.empty(shape, device=device, dtype=dtype)
-        self.values = torch.empty(shape, device=device, dtype=dtype)
+        # Zeros, not torch.empty: attention masks the unwritten slots of a sequence's last block,
+        # but a masked weight of 0 times a NaN left in uninitialised memory is still NaN.
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
         self.num_blocks, self.block_size = num_blocks, block_size
         self.refs = [0] * num_blocks
         self.free: deque[int] = deque(range(num_blocks))  # never named, or name dropped
