@@ -256,3 +256,18 @@ def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
     assert report["args_exact"] == 0.0 and report["memory"] == 0.0 and report["answer_from_result"] == 0.0
     assert report["no_invention"] == 1.0 and report["ends_turn"] == 1.0
     assert report["kinds"]["chitchat"]["right_tool"] == 1.0
+
+
+def test_answer_from_result_is_false_when_the_result_has_another_shape():
+    # A real model may call a different tool than expected: its result (here a bare number) has no
+    # field where the expected answer sits, which scores False instead of crashing the eval.
+    from llmkit.course.skill_scores import answer_from_result
+    from llmkit.course.skills import make_skills
+
+    spec = next(s for s in make_skills(200, split="seen", seed=3) if s.expected.calls and s.expected.answer_paths
+                and s.expected.answer_paths[0][:1] == ("*first*",))  # the path that once raised AttributeError
+    transcript = [{"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "x", "input": {}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "7",
+                                                "is_error": False}]},
+                  {"role": "assistant", "content": [{"type": "text", "text": "It is 7."}]}]
+    assert answer_from_result(spec, transcript) is False

@@ -98,8 +98,8 @@ def answer_from_result(spec: SkillConversation, transcript: list[dict]) -> bool 
     for result, path in zip(results, spec.expected.answer_paths):
         try:
             value = value_at(json.loads(result["content"]), path)
-        except (ValueError, KeyError, TypeError, StopIteration):
-            return False
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError, StopIteration):
+            return False  # the model ran something whose result has another shape: not the expected result
         if str(value) not in text:
             return False
     return True
