@@ -43,6 +43,7 @@ from llmkit.chat.trace import Trace
 from llmkit.course.call_failures import VALIDITY_TEMPERATURES, tool_call_validity_table
 from llmkit.course.conversation_data import UMBRELLA_FROM_PERCENT, Conversation
 from llmkit.course.conversations import TOOL_KINDS, make_conversations
+from llmkit.course.skill_scores import evaluate_skills
 from llmkit.course.tools import EXAMPLE_TOOLS, offered_tools
 from llmkit.model.transformer import Transformer
 
@@ -221,6 +222,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="instead, print (JSON) how often sampled tool calls are invalid, constrained decoding "
                              f"off and on, at temperatures {', '.join(map(str, VALIDITY_TEMPERATURES))}")
     parser.add_argument("--n", type=int, default=48, help="conversations per setting for --tool-call-validity")
+    parser.add_argument("--skills", action="store_true",
+                        help="instead, print (JSON) the skill scores (llmkit.course.skills) on the three held-out "
+                             "splits, seen, unseen_values and unseen_phrasings_and_tools, --limit per kind")
     from llmkit.model.weights import add_model_arguments, load_model_from_arguments
 
     add_model_arguments(parser)
@@ -234,6 +238,13 @@ def main(argv: list[str] | None = None) -> None:
         rows = tool_call_validity_table(model, tokenizer, n=args.n, seed=args.seed)
         command = f"python -m llmkit evals --model {args.model} --tool-call-validity --n {args.n} --seed {args.seed}"
         print(json.dumps({"command": command, "model": args.model, "rows": rows}, indent=1))
+        return
+    if args.skills:
+        started = time.perf_counter()
+        report = evaluate_skills(Client.from_model(model, tokenizer), per_kind=args.limit, seed=args.seed)
+        command = f"python -m llmkit evals --model {args.model} --skills --limit {args.limit} --seed {args.seed}"
+        print(json.dumps({"command": command, "model": args.model, "per_kind": args.limit,
+                          "seconds": round(time.perf_counter() - started, 1), **report}, indent=1))
         return
     examples: list | None = [] if args.examples else None
     result = {"model": args.model, **evaluate(model, tokenizer, limit=args.limit, seed=args.seed, kinds=args.kinds,
