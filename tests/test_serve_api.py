@@ -311,3 +311,16 @@ def test_a_body_that_never_finishes_arriving_is_timed_out(server, monkeypatch):
         answer = answer.decode()
     assert answer.startswith("HTTP/1.1 408") and "timeout_error" in answer
     assert httpx.get(server.url + "/v1/models", headers={"x-api-key": KEY}).status_code == 200  # still serving
+
+
+def test_the_servers_clients_share_one_count_so_message_ids_never_repeat(tokenizer):
+    from llmkit.serve.sequence import RequestContext
+
+    state = build_state(tiny_model(tokenizer), tokenizer, model_id=MODEL, keys=[KEY], kv_cache_mb=4)
+    try:
+        replies = [state.client(RequestContext()).messages.create(max_tokens=2, messages=ASK, temperature=0)
+                   for _ in range(3)]
+    finally:
+        state.engine.close()
+    ids = [reply.id for reply in replies]
+    assert len(set(ids)) == 3 and all(i.startswith("msg_") for i in ids)

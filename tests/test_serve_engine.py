@@ -13,8 +13,9 @@ from llmkit.generation.sampling import SamplingParams
 from llmkit.model.fast import FastModel
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import DATA_DIR
-from llmkit.serve.engine import Engine, Overloaded, RequestTooLarge
+from llmkit.serve.engine import Engine, NotServable, Overloaded, RequestTooLarge, pick_tokens
 from llmkit.serve.paged import BlockPool, block_bytes, paged_forward
+from llmkit.serve.sequence import RequestContext, Sequence
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CHAT_WEIGHTS = DATA_DIR / "models" / "chat" / "model.safetensors"
@@ -103,6 +104,69 @@ def test_shipped_chat_model_greedy_alone_equals_batch_of_eight(tokenizer):
         assert alone[0] == generate(model, batch[0], max_new_tokens=16).tokens
     finally:
         engine.close()
+
+
+def test_a_batch_mixing_plain_greedy_banned_tokens_and_sampling_gives_each_its_own_reply():
+    model = sharp_model("gpt2")
+    engine = Engine(model, max_batch=8, kv_cache_mb=1, block_size=4)
+    try:
+        batch = prompts(8, 300)
+        plain = [tokens(engine, p, max_new_tokens=8) for p in batch]
+        banned = [{row[0]} for row in plain]  # each one's own first greedy token
+        kinds = [dict(), dict(suppress_tokens=banned[1]), dict(sampling=SamplingParams(temperature=3.0), seed=5),
+                 dict(), dict(suppress_tokens=banned[4]), dict(), dict(sampling=SamplingParams(top_k=5), seed=9),
+                 dict()]
+        alone = [tokens(engine, p, max_new_tokens=8, **kind) for p, kind in zip(batch, kinds)]
+        together: list = [None] * 8
+
+        def run(i):
+            together[i] = tokens(engine, batch[i], max_new_tokens=8, **kinds[i])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert together == alone
+        for i in (0, 3, 5, 7):
+            assert alone[i] == plain[i]
+        for i in (1, 4):
+            assert not banned[i] & set(alone[i]) and alone[i] != plain[i]
+    finally:
+        engine.close()
+
+
+def make_sequence(params: SamplingParams, suppressed=None) -> Sequence:
+    return Sequence([1, 2], max_new_tokens=4, context_length=64, params=params, seed=0, end_turn=frozenset(),
+                    tool_use=frozenset(), tokenizer=None, stop_sequences=(), suppressed=suppressed, constraint=None,
+                    context=RequestContext(), deadline=1e18, device="cpu")
+
+
+def test_pick_tokens_takes_each_rows_argmax_and_a_row_with_nothing_to_draw_fails_alone():
+    greedy = SamplingParams()
+    suppressed = torch.zeros(6, dtype=torch.bool)
+    suppressed[2] = True
+    batch = [make_sequence(greedy), make_sequence(greedy, suppressed), make_sequence(greedy), make_sequence(greedy)]
+    logits = torch.tensor([[0., 1, 5, 2, 0, 0], [0., 1, 5, 2, 0, 0], [9., 1, 5, 2, 0, 0], [0., 1, 5, 2, 0, 7]])
+    assert pick_tokens(batch, logits) == [2, 3, 0, 5]
+    logits[2] = float("nan")
+    picks = pick_tokens(batch, logits)
+    assert picks[:2] == [2, 3] and picks[3] == 5
+    assert isinstance(picks[2], ValueError) and "rules out every token" in str(picks[2])
+
+
+def test_a_model_with_a_forward_hook_is_refused_with_the_reason():
+    model = sharp_model("llama")
+    handle = model.blocks[0].register_forward_hook(lambda module, args, out: None)
+    with pytest.raises(NotServable, match="'blocks.0' has a forward hook"):
+        Engine(model, kv_cache_mb=1)
+    handle.remove()
+    Engine(model, kv_cache_mb=1).close()
+
+
+def test_decode_threads_must_be_a_whole_number():
+    with pytest.raises(ValueError, match="decode_threads must be a whole number >= 1"):
+        Engine(sharp_model("llama"), kv_cache_mb=1, decode_threads=0)
 
 
 def test_seeded_sampling_is_the_same_alone_and_in_a_batch():

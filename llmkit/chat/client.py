@@ -89,10 +89,15 @@ class _Request:
 
 
 class Client:
-    """Load a chat model once; talk to it through ``client.messages``."""
+    """Load a chat model once; talk to it through ``client.messages``.
+
+    ``ids`` numbers the message and tool-call ids (``msg_0001``, ``toolu_0001``); pass one shared
+    ``itertools.count(1)`` to several clients (a server makes one per request) so ids stay unique
+    across them. By default each client counts from 1.
+    """
 
     def __init__(self, model_dir=None, *, device=None, prices: Prices | None = None,
-                 prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES):
+                 prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, ids: Iterator[int] | None = None):
         from llmkit.model.weights import load_model  # floor 3, loaded only when a client is made
 
         try:
@@ -102,17 +107,17 @@ class Client:
                 raise
             raise FileNotFoundError(f"{exc}. The chat model is not in data/models/chat yet: train it (see "
                                     f"data/README.md), or pass Client('base') to try the plumbing") from None
-        self._setup(model, tokenizer, prices, prefix_cache_bytes)
+        self._setup(model, tokenizer, prices, prefix_cache_bytes, ids)
 
     @classmethod
     def from_model(cls, model, tokenizer, *, prices: Prices | None = None,
-                   prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES) -> Client:
+                   prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, ids: Iterator[int] | None = None) -> Client:
         """A client for a model already in memory (e.g. one you just trained)."""
         client = cls.__new__(cls)
-        client._setup(model, tokenizer, prices, prefix_cache_bytes)
+        client._setup(model, tokenizer, prices, prefix_cache_bytes, ids)
         return client
 
-    def _setup(self, model, tokenizer, prices, prefix_cache_bytes) -> None:
+    def _setup(self, model, tokenizer, prices, prefix_cache_bytes, ids=None) -> None:
         if prices is not None and not isinstance(prices, Prices):
             raise TypeError(f"prices must be an llmkit.chat.trace.Prices, got {type(prices).__name__}")
         self.model, self.tokenizer = model, tokenizer
@@ -124,7 +129,7 @@ class Client:
         self.token_stream = _one_step_at_a_time(generate_stream, threading.RLock())
         self.stop_tokens = stop_tokens(tokenizer)
         self.conversations: dict[str, tuple[str | None, list, list[dict]]] = {}
-        self._numbers = itertools.count(1)
+        self._numbers = itertools.count(1) if ids is None else iter(ids)
         self.messages = Messages(self)
 
     @property

@@ -59,8 +59,8 @@ class ServerState:
     def client(self, context: RequestContext) -> Client:
         """A chat client for one request, its token loop the shared engine (one client per request:
         nothing of one caller's conversation stays behind for another)."""
-        client = Client.from_model(self.engine.model, self.tokenizer)
-        client._numbers = self.numbers  # message and tool-call ids unique across the server's requests
+        # one shared count: message and tool-call ids are unique across the server's requests
+        client = Client.from_model(self.engine.model, self.tokenizer, ids=self.numbers)
         client.token_stream = functools.partial(self.engine.stream, context=context)
         return client
 

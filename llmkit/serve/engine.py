@@ -25,14 +25,15 @@ import queue
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from typing import Collection, Iterable, Iterator, Sequence as Seq
 
 import torch
 
 from llmkit.generation.request import Request, check_request
 from llmkit.generation.results import StopEvent, TokenEvent
-from llmkit.generation.sampling import SamplingParams
-from llmkit.model.fast import FastModel
+from llmkit.generation.sampling import SamplingParams, sample_batch
+from llmkit.model.fast import fast_path, why_not_fast
 from llmkit.model.transformer import Transformer
 from llmkit.serve.paged import BlockPool, paged_forward
 from llmkit.serve.sequence import Cancelled, RequestContext, RequestTimeout, Sequence
@@ -48,16 +49,25 @@ class RequestTooLarge(ValueError):
     """The request needs more KV blocks than the whole pool holds."""
 
 
+class NotServable(ValueError):
+    """The model cannot run on the engine's tensor-function path (``llmkit.model.fast``)."""
+
+
 class Engine:
     """The model behind a server: ``stream`` a request, read ``stats()``, ``close()`` at the end."""
 
     def __init__(self, model: Transformer, *, max_batch: int = 8, kv_cache_mb: float = 64.0,
-                 block_size: int = 16, max_waiting: int = 64, request_timeout_s: float = 300.0):
-        for name, value in (("max_batch", max_batch), ("max_waiting", max_waiting)):
+                 block_size: int = 16, max_waiting: int = 64, request_timeout_s: float = 300.0,
+                 decode_threads: int | None = 1):
+        limits = {"max_batch": max_batch, "max_waiting": max_waiting}
+        if decode_threads is not None:
+            limits["decode_threads"] = decode_threads
+        for name, value in limits.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         self.model = model.eval()
-        self.fast = FastModel(model)
+        self.fast = self._fast(model)
+        self.decode_threads = decode_threads
         weight = model.embed.weight
         self.pool = BlockPool.of_size(model.config, kv_cache_mb, block_size=block_size, device=weight.device,
                                       dtype=weight.dtype)
@@ -73,6 +83,17 @@ class Engine:
         self._recent: deque[tuple[float, int]] = deque()  # (time, tokens made) of recent steps
         self._thread = threading.Thread(target=self._loop, name="llmkit-engine", daemon=True)
         self._thread.start()
+
+    @staticmethod
+    def _fast(model: Transformer):
+        """The engine computes with ``llmkit.model.fast``'s tensor functions, which skip what only
+        modules have; a model that needs its modules (hooks, swapped layers) cannot be served, so it
+        is refused here rather than silently losing its hooks."""
+        fast = fast_path(model)
+        if fast is None:
+            raise NotServable(f"the engine cannot serve this model: {why_not_fast(model)}; remove the hooks "
+                              f"or swapped layers (or use llmkit.generation.generate, which runs modules)")
+        return fast
 
     # --- the requests' side ----------------------------------------------------------------------
     def stream(self, model: Transformer, prompt_ids: Seq[int], *, max_new_tokens: int,
@@ -158,7 +179,8 @@ class Engine:
                 self._drop_cancelled()
                 self._admit()
                 if self.running:
-                    self._guarded(self.running, self._decode_step)
+                    with intra_op_threads(self.decode_threads):
+                        self._guarded(self.running, self._decode_step)
 
     def _take_inbox(self, wait: bool) -> None:
         try:
@@ -234,14 +256,13 @@ class Engine:
         self._choose(list(batch), logits)
 
     def _choose(self, batch: list[Sequence], logits: torch.Tensor) -> None:
-        for row, sequence in enumerate(batch):
-            try:
-                sequence.add(sequence.choose(logits[row:row + 1]))
-            except Exception as error:  # a constraint that failed: only this request ends
+        for sequence, token in zip(batch, pick_tokens(batch, logits)):
+            if isinstance(token, Exception):  # a constraint that failed: only this request ends
                 self._counts["failed"] += 1
                 self.running.remove(sequence)
-                self._finish(sequence, error)
+                self._finish(sequence, token)
                 continue
+            sequence.add(token)
             if sequence.stop_reason is not None:
                 self.running.remove(sequence)
                 self._counts["finished"] += 1
@@ -290,3 +311,48 @@ class Engine:
             "requests": {k: counts[k] for k in ("requests", "finished", "cancelled", "timed_out", "failed")},
             "output_tokens": counts["output_tokens"],
         }
+
+
+def pick_tokens(batch: list[Sequence], logits: torch.Tensor) -> list[int | Exception]:
+    """Each row's next token, or the error that stopped that row alone.
+
+    Plain greedy rows (no constraint, no banned tokens: most requests) take one ``argmax`` over
+    all of them and one copy to Python, instead of a check, an ``argmax`` and a copy per row; row
+    by row that small work cost about as much as the matmuls of a batch of eight. Rows that sample,
+    or are constrained, draw on their own (each has its own random generator and mask)."""
+    picks: list[int | Exception | None] = [None] * len(batch)
+    plain = [row for row, sequence in enumerate(batch) if sequence.plain_greedy]
+    if plain:
+        try:
+            chosen = sample_batch(logits[plain], batch[plain[0]].params).tolist()
+        except ValueError:  # a row with nothing to draw from: find it row by row below
+            plain = []
+        else:
+            for row, token in zip(plain, chosen):
+                picks[row] = token
+    for row, sequence in enumerate(batch):
+        if picks[row] is None:
+            try:
+                picks[row] = sequence.choose(logits[row:row + 1])
+            except Exception as error:
+                picks[row] = error
+    return picks
+
+
+@contextmanager
+def intra_op_threads(threads: int | None) -> Iterator[None]:
+    """Run a decode step on ``threads`` of torch's intra-op threads (None: leave torch's setting).
+
+    A decode step multiplies a few rows by small matrices: split over two cores, each matmul
+    waits at a fork-join barrier for a core that a stream thread may be using, which on a small
+    machine cost more than the split saved (measured: benchmarks/serve.py). One thread leaves the
+    other cores to the request threads; prefills, long enough to split well, keep torch's setting."""
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

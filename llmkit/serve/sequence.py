@@ -68,6 +68,12 @@ class Sequence:
         return len(self.prompt) + self.steps - 1
 
     @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing masked: its token is the row's argmax, so rows like it are chosen
+        together (``llmkit.serve.engine.pick_tokens``)."""
+        return self.params.greedy and self.constraint is None and self.suppressed is None
+
+    @property
     def cancelled(self) -> bool:
         return self.context.cancelled.is_set()
 
