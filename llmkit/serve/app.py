@@ -7,15 +7,13 @@ engine's thread; a request's thread only waits for tokens and shapes them for th
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import itertools
 import json
-import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import anyio
 from fastapi import FastAPI, Request
@@ -28,6 +26,7 @@ from llmkit.serve import anthropic_api, openai_api
 from llmkit.serve.engine import Engine, Overloaded, RequestTooLarge
 from llmkit.serve.errors import APIError, anthropic_body, bad_request, openai_body
 from llmkit.serve.gateway import Gateway
+from llmkit.serve.relay import SEPARATOR, Failed, Relay, encode
 from llmkit.serve.requests import check_max_tokens
 from llmkit.serve.sequence import RequestContext, RequestTimeout
 
@@ -307,68 +306,34 @@ def openai_error_event(error: APIError) -> dict:
 
 
 async def stream_response(state: ServerState, events, context: RequestContext, error_event) -> EventSourceResponse:
-    """Server-sent events made in the request's own thread (``Relay``). The first event is awaited
-    before answering, so a refused request still gets its status (400, 529, ...). An error later,
-    mid-stream, becomes an error event. On shutdown (SIGTERM) a stream in flight is let finish,
-    up to the time one request may take, rather than cut off."""
+    """Server-sent events made in the request's own thread (``llmkit.serve.relay``), written a
+    batch at a time. The first event is awaited before answering, so a refused request still gets
+    its status (400, 529, ...). An error later, mid-stream, becomes an error event. On shutdown
+    (SIGTERM) a stream in flight is let finish, up to the time one request may take, not cut off."""
     relay = Relay(events)
     try:
-        first = await relay.next()
+        pending = await relay.take()
+        if isinstance(pending[0], Failed):
+            raise as_api_error(pending[0].error)
     except BaseException:
         context.cancel()
         raise
 
     async def stream():
         try:
-            item = first
-            while item is not _DONE:
-                yield item
-                try:
-                    item = await relay.next()
-                except APIError as error:
-                    yield error_event(error)
+            items = pending
+            while True:
+                ready = list(itertools.takewhile(lambda item: isinstance(item, dict), items))
+                if ready:
+                    yield encode(ready)
+                if len(ready) < len(items):  # the end, or an error
+                    end = items[len(ready)]
+                    if isinstance(end, Failed):
+                        yield encode([error_event(as_api_error(end.error))])
                     return
+                items = await relay.take()
         finally:
             context.cancel()  # a client that left frees its slot and blocks at the engine's next step
 
-    return EventSourceResponse(stream(), ping=15, shutdown_event=anyio.Event(),
+    return EventSourceResponse(stream(), ping=15, sep=SEPARATOR, shutdown_event=anyio.Event(),
                                shutdown_grace_period=state.engine.request_timeout_s)
-
-
-_DONE = object()
-
-
-class Relay:
-    """A blocking iterator run in a thread of its own, its items read here with ``await``.
-
-    The chat client and the API shaping are plain blocking code; running each request's in one
-    thread, and handing items over with ``call_soon_threadsafe``, costs one wake-up per item."""
-
-    def __init__(self, make: Callable[[], Iterator]):
-        self.loop, self.queue = asyncio.get_running_loop(), asyncio.Queue()
-        threading.Thread(target=self._run, args=(make,), name="llmkit-request", daemon=True).start()
-
-    def _run(self, make) -> None:
-        try:
-            for item in make():
-                self._put(item)
-            self._put(_DONE)
-        except BaseException as error:  # handed to the reader, who turns it into an API error
-            self._put(_Failed(error))
-
-    def _put(self, item) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the event loop has closed: no one is reading any more
-            pass
-
-    async def next(self):
-        item = await self.queue.get()
-        if isinstance(item, _Failed):
-            raise as_api_error(item.error)
-        return item
-
-
-@dataclass
-class _Failed:
-    error: BaseException
