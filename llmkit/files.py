@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any config or tokenizer we write
+SHARED_FILE_MODE = 0o644  # mkstemp makes private files; models and tokenizers are meant to be shared
 
 
 def fsync_folder(folder: str | Path) -> None:
@@ -40,6 +41,7 @@ def atomic_write(path: str | Path, data: bytes | str) -> Path:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(temporary, SHARED_FILE_MODE)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -57,6 +59,7 @@ def atomic_copy(source: str | Path, target: str | Path) -> Path:
             shutil.copyfileobj(src, out)
             out.flush()
             os.fsync(out.fileno())
+        os.chmod(temporary, SHARED_FILE_MODE)
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

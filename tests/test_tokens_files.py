@@ -6,6 +6,8 @@ import os
 import time
 
 import pytest
+
+import llmkit.files
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -187,7 +189,7 @@ def test_a_failed_save_leaves_the_old_file_and_no_temporary(small, tmp_path, mon
     def crash(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(tokenizer_file.os, "fsync", crash)
+    monkeypatch.setattr(llmkit.files.os, "fsync", crash)  # the tokenizer saves through llmkit.files
     with pytest.raises(OSError, match="disk full"):
         small.save(path)
     assert path.read_bytes() == before

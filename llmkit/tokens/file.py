@@ -15,12 +15,11 @@ still exact and readable. Loading only parses JSON: no code runs, whatever the f
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from llmkit.checks import is_int
+from llmkit.files import atomic_write
 from llmkit.tokens.pattern import COVERAGE_PROBE
 
 FORMAT = "llmkit-tokenizer"
@@ -64,42 +63,9 @@ def save(tokenizer, path: str | Path) -> None:
     merge_lines = ",\n".join(f"  {json.dumps(merge, ensure_ascii=False)}" for merge in merges)
     fields.append(f' "merges": [\n{merge_lines}\n ]' if merges else ' "merges": []')
     text = "{\n" + ",\n".join(fields) + "\n}\n"
-    write_atomically(Path(path), text)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path``, flush it to disk, then rename it over ``path``.
-
-    A rename is atomic, so a reader (or a crash) sees the old file or the new one, never half
-    of one; the fsyncs make sure the new bytes are on disk before the name points at them.
-    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        try:
-            tmp.write(text)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        except BaseException:
-            tmp.close()
-            os.unlink(tmp.name)
-            raise
-    os.chmod(tmp.name, 0o644)  # NamedTemporaryFile makes private files; a tokenizer is meant to be shared
-    os.replace(tmp.name, path)
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make the rename itself durable (POSIX); Windows cannot open a folder, and needs no such step."""
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
+    atomic_write(path, text)
 
 
 def load(cls, path: str | Path):
