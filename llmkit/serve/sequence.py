@@ -53,7 +53,7 @@ class Sequence:
         self.end_turn, self.tool_use = end_turn, tool_use
         self.text = TextStream(tokenizer, stop_sequences) if tokenizer is not None else None
         self.suppressed, self.constraint = suppressed, constraint
-        self.outbox: queue.Queue = queue.Queue()
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # C-level put: no Condition per token
         self.table: list[int] = []  # block ids, in position order
         self.length = 0  # positions whose keys and values are in the blocks
         self.tokens: list[int] = []
