@@ -61,7 +61,9 @@ from llmkit.chat.parse import parse_assistant
 from llmkit.chat.template import Rendered, render, server_result_ids, stop_tokens
 from llmkit.chat.trace import Bill, Prices, Trace
 from llmkit.checks import check_bool, check_int
-from llmkit.generation.generate import PrefixCache, check_stop_sequences, stream as generate_stream
+from llmkit.generation.generate import stream as generate_stream
+from llmkit.generation.prefix_cache import PrefixCache
+from llmkit.generation.request import check_stop_sequences
 from llmkit.generation.sampling import SamplingParams
 
 __all__ = ["Client", "Messages", "Message", "ContentDelta", "ContextWindowError", "MAX_SERVER_CALLS",
