@@ -482,3 +482,13 @@ def test_bad_sampling_parameters_are_rejected():
 def test_a_tokenizer_smaller_than_the_model_is_rejected(tokenizer):
     with pytest.raises(ValueError, match="tokenizer knows only"):
         generate(random_model("gpt2", vocab_size=512), PROMPT, max_new_tokens=2, tokenizer=tokenizer)
+
+
+def test_num_samples_is_bounded_before_anything_is_allocated():
+    from llmkit.generation.request import MAX_SAMPLES
+    from llmkit.model.config import ModelConfig
+    from llmkit.model.transformer import Transformer
+
+    model = Transformer(ModelConfig(vocab_size=32, context_length=16, d_model=16, n_layers=1, n_heads=2)).eval()
+    with pytest.raises(ValueError, match=f"num_samples must be at most {MAX_SAMPLES}"):
+        generate(model, [1, 2], max_new_tokens=2, num_samples=10**9)

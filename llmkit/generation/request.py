@@ -33,13 +33,18 @@ class Request:
     constraints: list[TokenConstraint] | None
 
 
+MAX_SAMPLES = 256
+"""Continuations of one prompt per request: each holds a KV cache of the whole window, so an
+unbounded count is an unbounded allocation; for more, send several requests."""
+
+
 def check_request(model: Transformer, prompt_ids, *, max_new_tokens, sampling, stop_tokens, tool_stop_tokens,
                    stop_sequences, tokenizer, seed, use_cache, prefix_cache, num_samples, keep_logits,
                    suppress_tokens, constraint) -> Request:
     """Every argument of ``stream`` checked, each with an error that names it and the fix."""
     prompt = check_prompt(model, prompt_ids)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
-    num_samples = check_int("num_samples", num_samples, minimum=1)
+    num_samples = check_int("num_samples", num_samples, minimum=1, maximum=MAX_SAMPLES)
     use_cache, keep_logits = check_bool("use_cache", use_cache), check_bool("keep_logits", keep_logits)
     params = GREEDY if sampling is None else sampling
     if not isinstance(params, SamplingParams):
