@@ -12,6 +12,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 MAX_JSON_BYTES = 64 * 1024 * 1024  # far above any config or tokenizer we write
 SHARED_FILE_MODE = 0o644  # mkstemp makes private files; models and tokenizers are meant to be shared
@@ -33,14 +34,28 @@ def fsync_folder(folder: str | Path) -> None:
 
 def atomic_write(path: str | Path, data: bytes | str) -> Path:
     """Write ``data`` to ``path`` so that ``path`` is either its old content or all of the new."""
-    path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    return _write_whole(Path(path), lambda out: out.write(payload))
+
+
+def atomic_copy(source: str | Path, target: str | Path) -> Path:
+    """Copy a file with the same guarantee as ``atomic_write``."""
+    def copy(out: BinaryIO) -> None:
+        with open(source, "rb") as src:
+            shutil.copyfileobj(src, out)
+
+    return _write_whole(Path(target), copy)
+
+
+def _write_whole(path: Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Write through ``write`` into a temporary file beside ``path``, flush it to disk, then rename it
+    over ``path``: a rename is atomic, so a reader (or a crash) sees the old file or the new one."""
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(descriptor, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+        with os.fdopen(descriptor, "wb") as out:
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
         os.chmod(temporary, SHARED_FILE_MODE)
         os.replace(temporary, path)
     except BaseException:
@@ -48,24 +63,6 @@ def atomic_write(path: str | Path, data: bytes | str) -> Path:
         raise
     fsync_folder(path.parent)
     return path
-
-
-def atomic_copy(source: str | Path, target: str | Path) -> Path:
-    """Copy a file with the same guarantee as ``atomic_write``."""
-    target = Path(target)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as out, open(source, "rb") as src:
-            shutil.copyfileobj(src, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, SHARED_FILE_MODE)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    fsync_folder(target.parent)
-    return target
 
 
 def fsync_file(path: str | Path) -> None:

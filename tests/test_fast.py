@@ -9,15 +9,9 @@ from hypothesis import strategies as st
 from llmkit.generation import generate as generate_module
 from llmkit.generation.generate import PrefixCache, generate, stream
 from llmkit.model.fast import FastModel, fast_path, why_not_fast
-from llmkit.model.transformer import ModelConfig, Transformer
+from llmkit.model.transformer import Transformer
+from tiny_configs import FAMILIES
 
-TINY = dict(vocab_size=97, context_length=64, d_model=32, n_layers=2, n_heads=4)
-FAMILIES = {
-    "gpt2": ModelConfig.gpt2(**TINY),
-    "llama": ModelConfig.llama(**TINY, n_kv_heads=2),
-    "llama_untied_mha": ModelConfig.llama(**TINY, tie_embeddings=False),
-    "mixed": ModelConfig(**TINY, norm="rmsnorm", mlp="gelu", positions="rope", bias=False, tie_embeddings=False),
-}
 MODELS = {}
 
 

@@ -10,14 +10,8 @@ from hypothesis import strategies as st
 from llmkit.model.kvcache import KVCache
 from llmkit.model.config import count_params, estimate_cost
 from llmkit.model.transformer import ModelConfig, Transformer
+from tiny_configs import FAMILIES, TINY
 
-TINY = dict(vocab_size=97, context_length=64, d_model=32, n_layers=2, n_heads=4)
-FAMILIES = {
-    "gpt2": ModelConfig.gpt2(**TINY),
-    "llama": ModelConfig.llama(**TINY, n_kv_heads=2),
-    "llama_untied_mha": ModelConfig.llama(**TINY, tie_embeddings=False),
-    "mixed": ModelConfig(**TINY, norm="rmsnorm", mlp="gelu", positions="rope", bias=False, tie_embeddings=False),
-}
 
 
 def make(config: ModelConfig, seed: int = 0) -> Transformer:

@@ -4,6 +4,7 @@ events one by one."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 
 from sse_starlette.sse import ServerSentEvent
@@ -19,7 +20,14 @@ def drain(make) -> tuple[list, list[int]]:
             sizes.append(len(batch))
             items += batch
         return items, sizes
-    return asyncio.run(main())
+    return run_in_fresh_loop(main)
+
+
+def run_in_fresh_loop(main):
+    """``asyncio.run(main())`` in a thread of its own: another test in the same session (the browser
+    test's driver) may leave an event loop running in this thread, and asyncio.run refuses to nest."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(main())).result()
 
 
 def test_every_item_arrives_once_in_order_and_a_burst_comes_as_few_batches():
@@ -41,7 +49,7 @@ def test_every_item_arrives_once_in_order_and_a_burst_comes_as_few_batches():
             batches += 1
         return items, batches
 
-    items, batches = asyncio.run(main())
+    items, batches = run_in_fresh_loop(main)
     assert items[:-1] == list(range(500)) and isinstance(items[-1], Done)
     assert batches < 500  # at least some items came together
 
