@@ -89,11 +89,11 @@ def test_tool_steps_pairs_calls_with_results_and_says_who_ran_them():
                              {"role": "assistant", "content": [{"type": "text", "text": "Sunny."}]}]
     steps = viz.tool_steps(transcript)
     assert [(s["name"], s["ran_by"], s["result"]) for s in steps] == [
-        ("web_search", "client", "{}"), ("get_weather", "harness", weather["content"])]
+        ("web_search", "the provider", "{}"), ("get_weather", "your code", weather["content"])]
     assert steps[1]["input"] == CALL["input"] and steps[1]["is_error"] is False
     unanswered = viz.tool_steps(QUESTION + [{"role": "assistant", "content": [CALL]}])
     assert unanswered == [{"name": "get_weather", "input": CALL["input"], "result": None, "is_error": None,
-                           "ran_by": "harness"}]
+                           "ran_by": "your code"}]
 
 
 # ---------------------------------------------------------------------------------------------- approval

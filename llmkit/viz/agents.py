@@ -47,8 +47,9 @@ def tokens_from(rendered: Rendered, start: int) -> Rendered:
 # ---------------------------------------------------------------------------------------------- the loop
 def tool_steps(transcript: Sequence[Mapping]) -> list[dict]:
     """Every tool call in a transcript with its result: ``name``, ``input``, ``result`` (the text
-    sent back, None if none came), ``is_error`` and ``ran_by`` ("harness" for a client tool the loop
-    ran, "client" for a server tool the client ran inside the request)."""
+    sent back, None if none came), ``is_error`` and ``ran_by``, named as the API documentation names
+    it: "your code" for a client tool (the agent loop ran it), "the provider" for a server tool (run
+    inside the request; llmkit's ``Client`` plays the provider's part)."""
     steps: list[dict] = []
     waiting: dict[str, dict] = {}  # tool_use id -> its step, until its result comes
     for message in transcript:
@@ -56,7 +57,7 @@ def tool_steps(transcript: Sequence[Mapping]) -> list[dict]:
         for block in content if isinstance(content, list) else []:
             if block["type"] in ("tool_use", "server_tool_use"):
                 step = {"name": block.get("name", ""), "input": copy.deepcopy(block.get("input")), "result": None,
-                        "is_error": None, "ran_by": "client" if block["type"] == "server_tool_use" else "harness"}
+                        "is_error": None, "ran_by": "the provider" if block["type"] == "server_tool_use" else "your code"}
                 steps.append(step)
                 waiting[block["id"]] = step
             elif block["type"] in ("tool_result", "server_tool_result") and block["tool_use_id"] in waiting:
