@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
 import time
 
 import anthropic
 import httpx
 
-from llmkit.course.serving import run_load
+from llmkit.course.serving import run_concurrently, run_load
 from llmkit.serve.command import ServerProcess
 
 QUESTIONS = ["What is the weather in Pune?", "Count the letter r in strawberry.", "What is 17 times 23?",
@@ -44,25 +43,11 @@ def engine_only(args, questions: list[str]) -> None:
     prompts = [render(tokenizer, [{"role": "user", "content": q}]).ids for q in questions]
 
     def tokens_per_s(clients: int) -> float:
-        pending, made, lock = list(prompts), [], threading.Lock()
+        def one(prompt) -> int:
+            return sum(e.type == "token" for e in engine.stream(model, prompt, max_new_tokens=args.max_tokens))
 
-        def worker():
-            while True:
-                with lock:
-                    if not pending:
-                        return
-                    prompt = pending.pop()
-                n = sum(e.type == "token" for e in engine.stream(model, prompt, max_new_tokens=args.max_tokens))
-                with lock:
-                    made.append(n)
-
-        started = time.perf_counter()
-        workers = [threading.Thread(target=worker) for _ in range(clients)]
-        for thread in workers:
-            thread.start()
-        for thread in workers:
-            thread.join()
-        return sum(made) / (time.perf_counter() - started)
+        made, seconds = run_concurrently(prompts, clients, one)
+        return sum(made) / seconds
 
     tokens_per_s(8)  # warm up
     alone = tokens_per_s(1)

@@ -12,6 +12,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -53,19 +54,7 @@ def run_load(client, model: str, questions: list[str], clients: int, max_tokens:
              stats=None) -> Load:
     """Send every question, ``clients`` at a time; ``stats`` (a function returning ``/v1/stats``)
     is sampled meanwhile for the blocks each running request holds."""
-    results: list[tuple[int, float]] = []
-    pending, lock, done = list(questions), threading.Lock(), threading.Event()
-    blocks: list[int] = []
-
-    def worker() -> None:
-        while True:
-            with lock:
-                if not pending:
-                    return
-                question = pending.pop()
-            outcome = stream_one(client, model, question, max_tokens)
-            with lock:
-                results.append(outcome)
+    done, blocks = threading.Event(), []
 
     def watch() -> None:
         while not done.is_set():
@@ -75,14 +64,32 @@ def run_load(client, model: str, questions: list[str], clients: int, max_tokens:
     watcher = threading.Thread(target=watch) if stats is not None else None
     if watcher is not None:
         watcher.start()
-    started = time.perf_counter()
-    workers = [threading.Thread(target=worker) for _ in range(clients)]
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join()
-    seconds = time.perf_counter() - started
+    results, seconds = run_concurrently(questions, clients, lambda q: stream_one(client, model, q, max_tokens))
     done.set()
     if watcher is not None:
         watcher.join()
     return Load(clients, sum(n for n, _ in results), seconds, [t for _, t in results], blocks)
+
+
+def run_concurrently(items: list, clients: int, work: Callable) -> tuple[list, float]:
+    """``work(item)`` for every item, ``clients`` threads at a time, each taking the next item as it
+    finishes one (as real clients do): (the results, in the order they finished; the wall seconds)."""
+    pending, results, lock = list(items), [], threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                item = pending.pop()
+            outcome = work(item)
+            with lock:
+                results.append(outcome)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results, time.perf_counter() - started
