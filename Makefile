@@ -13,7 +13,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: lab test setup setup-dev check-python clean-venv
+.PHONY: lab test models setup setup-dev check-python clean-venv
 
 check-python:
 	@if ! command -v "$(PYTHON)" >/dev/null 2>&1; then \
@@ -49,6 +49,14 @@ lab: setup
 # -ra lists every skip with its reason (a skipped browser test names the package to install).
 test: setup-dev
 	$(PY) -m pytest tests notebooks --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg -ra --durations=15 $(PYTEST_ARGS)
+
+# Rebuild the course's tokenizer, base and chat models from data/models/recipe.json (hours on a
+# CPU: see data/models/recipe/README.md), then copy them into data/models/. Interrupt it and run it
+# again: it resumes. DEVICE=cuda uses a GPU for the training stages.
+DEVICE ?=
+models: setup
+	$(PY) -m llmkit recipe data/models/recipe.json $(if $(DEVICE),--device $(DEVICE))
+	$(PY) -m llmkit recipe data/models/recipe.json --ship
 
 clean-venv:
 	rm -rf $(VENV)

@@ -16,7 +16,8 @@ TINY = {
                  "batch_size": 2, "max_steps": 4, "warmup_steps": 1, "log_every": 1, "eval_every": 4,
                  "checkpoint_every": 1, "sample_tokens": 4, "device": "cpu", "threads": 1},
     "sft": {"kinds": ["chitchat", "memory", "tool"], "batch_size": 2, "max_steps": 3, "warmup_steps": 1,
-            "heldout_examples": 2, "eval_every": 3, "checkpoint_every": 1, "log_every": 1, "device": "cpu"},
+            "heldout_examples": 2, "eval_every": 3, "checkpoint_every": 1, "log_every": 1, "device": "cpu",
+            "probe": {"per_kind": 1, "kinds": ["tool"], "max_tokens": 4}},
     "dpo": {"batch_size": 2, "max_steps": 2, "warmup_steps": 1, "heldout_examples": 2, "eval_every": 2,
             "checkpoint_every": 1, "log_every": 1, "sft_weight": 0.5, "device": "cpu"},
     "evals": {"per_kind": 1, "splits": ["seen", "unseen_phrasings_and_tools"], "kinds": ["chitchat", "tool"],
@@ -31,7 +32,8 @@ def write_recipe(folder, settings=TINY):
         (folder / "stages" / f"{kind}.json").write_text(json.dumps(values))
         stages.append({"name": kind, "kind": kind, "config": f"stages/{kind}.json"})
     path = folder / "recipe.json"
-    path.write_text(json.dumps({"out_dir": str(folder / "runs"), "stages": stages}))
+    path.write_text(json.dumps({"out_dir": str(folder / "runs"), "stages": stages,
+                                "ship": {"base": "pretrain", "chat": "evals"}}))
     return path
 
 
@@ -67,9 +69,37 @@ def test_every_stage_leaves_its_outputs_and_a_log(built):
     assert set(figures) == {"heldout_bpb_shakespeare", "heldout_bpb_structured"}
     model, tokenizer = load_model(runs / "dpo" / "model")
     assert tokenizer.vocab_size == 400 and model.config.context_length == 2048
+    probes = [json.loads(line) for line in (runs / "sft" / "train_log.jsonl").read_text().splitlines()]
+    probes = [r["probe"] for r in probes if r["kind"] == "eval"]
+    assert len(probes) == 2  # before the first step and after the last: the curve of the skill scores
+    for probe in probes:
+        assert set(probe) == {"seen", "unseen_phrasings_and_tools"}
+        assert 0.0 <= probe["seen"]["right_tool"] <= 1.0 and "ends_turn" in probe["unseen_phrasings_and_tools"]
     evals = json.loads((runs / "evals" / "evals.json").read_text())
     assert set(evals) == {"seen", "unseen_phrasings_and_tools"}
     assert 0.0 <= evals["seen"]["right_tool"] <= 1.0 and evals["seen"]["n_right_tool"] == 2
+
+
+def test_shipping_copies_the_bf16_models_and_their_stage_logs(built, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from llmkit.course.recipe import ship_models
+
+    folder, path, *_ = built
+    shipped = ship_models(path, models_dir=tmp_path)
+    assert set(shipped) == {"base", "chat"}
+    assert sorted(p.name for p in (tmp_path / "base" / "stages").iterdir()) == ["corpus", "pretrain", "tokenizer"]
+    assert sorted(p.name for p in (tmp_path / "chat" / "stages").iterdir()) == ["dpo", "evals", "sft"]
+    assert (tmp_path / "chat" / "stages" / "sft" / "train_log.jsonl").is_file()
+    assert (tmp_path / "chat" / "stages" / "evals" / "evals.json").is_file()
+    stored = load_file(str(tmp_path / "chat" / "model.safetensors"))
+    assert {t.dtype for t in stored.values()} == {torch.bfloat16}
+    chat, _ = load_model(tmp_path / "chat")
+    trained, _ = load_model(folder / "runs" / "dpo" / "model")
+    assert chat.embed.weight.dtype == torch.float32
+    for name, value in chat.state_dict().items():  # the trained weights, each rounded to bf16
+        assert torch.equal(value, trained.state_dict()[name].to(torch.bfloat16).float())
 
 
 def test_a_finished_recipe_is_all_skipped_and_a_changed_stage_reruns_from_there(built):
@@ -77,6 +107,10 @@ def test_a_finished_recipe_is_all_skipped_and_a_changed_stage_reruns_from_there(
     assert set(run_recipe(path, progress=False).values()) == {"skipped"}
     changed = {**TINY, "evals": {**TINY["evals"], "max_tokens": 5}}
     path = write_recipe(folder, changed)
+    from llmkit.course.recipe import ship_models
+
+    with pytest.raises(RuntimeError, match="evals"):
+        ship_models(path, models_dir=folder / "ship")  # the changed stage has not run: nothing ships
     outcome = run_recipe(path, progress=False)
     assert outcome["dpo"] == "skipped" and outcome["evals"] == "done"
 
@@ -116,3 +150,10 @@ def test_stop_after_stops_there(tmp_path):
     assert recipe_main([str(path), "--stop-after", "tokenizer", "--no-progress"]) == 0
     assert (tmp_path / "runs" / "tokenizer" / "done.json").is_file()
     assert not (tmp_path / "runs" / "corpus").exists()
+
+
+def test_a_probe_with_an_unknown_setting_is_refused():
+    from llmkit.course.recipe_training import skill_probe
+
+    with pytest.raises(ValueError, match="per_kid"):
+        skill_probe(None, {"per_kid": 3})

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
-from llmkit.model.weights import load, load_model, save
+from llmkit.model.weights import load, load_model, round_weights, save
 
 SHAPE = dict(vocab_size=61, context_length=32, d_model=32, n_layers=2, n_heads=4)
 CONFIGS = {
@@ -55,6 +55,38 @@ def test_a_bf16_model_comes_back_in_bf16(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
     with torch.no_grad():
         assert torch.equal(loaded(ids_for(CONFIGS["llama_gqa"])), model(ids_for(CONFIGS["llama_gqa"])))
+
+
+@pytest.mark.parametrize("name", ["gpt2_untied", "llama_gqa"])
+def test_a_float32_model_stored_in_bf16_loads_back_exactly_as_rounded(name, tmp_path):
+    model = round_weights(make(CONFIGS[name]))
+    assert model.embed.weight.dtype == torch.float32
+    save(model, tmp_path / "narrow", storage_dtype=torch.bfloat16)
+    save(model, tmp_path / "wide")
+    stored = load_file(str(tmp_path / "narrow" / "model.safetensors"))
+    assert {t.dtype for t in stored.values()} == {torch.bfloat16}
+    assert (tmp_path / "narrow" / "model.safetensors").stat().st_size < 0.6 * (tmp_path / "wide" / "model.safetensors").stat().st_size
+    loaded = load(tmp_path / "narrow")
+    assert loaded.embed.weight.dtype == torch.float32  # computes in the dtype it was evaluated in
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids_for(CONFIGS[name])), model(ids_for(CONFIGS[name])))
+
+
+def test_storing_in_bf16_without_rounding_first_is_refused_not_silently_lossy(tmp_path):
+    model = make(CONFIGS["llama_gqa"])
+    with pytest.raises(ValueError, match="round_weights"):
+        save(model, tmp_path, storage_dtype=torch.bfloat16)
+    assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_round_weights_moves_each_weight_at_most_half_a_bf16_step():
+    model = make(CONFIGS["llama_gqa"])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    round_weights(model)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, value.to(torch.bfloat16).float())
+        assert torch.all((value - before[name]).abs() <= before[name].abs() * 2 ** -8 + 1e-30)
 
 
 def test_the_files_are_json_and_safetensors(tmp_path):

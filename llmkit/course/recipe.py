@@ -204,6 +204,51 @@ def _run_stage(stage: dict, chain: str, folder: Path, **context) -> str:
     return "done"
 
 
+# ------------------------------------------------------------------------------------------ ship
+STAGE_FILES = ("done.json", "stage.log", "train_log.jsonl", "train_config.json", "sft_config.json",
+               "dpo_config.json", "evals.json")
+
+
+def ship_models(path: str | Path, *, out_dir: str | None = None, models_dir: str | Path | None = None) -> dict:
+    """Copy the finished recipe's models into ``data/models/<name>/``, each with its stages' logs.
+
+    The recipe's ``"ship"`` maps a model name to the stage whose ``shipped/`` folder it is (say
+    ``{"base": "pretrain", "chat": "evals"}``). Beside the weights go ``stages/<stage>/`` for that
+    stage and every stage since the previous shipped one: the run config, ``train_log.jsonl``,
+    ``stage.log`` and ``done.json``. Refused, naming the stage, unless every stage is done with
+    the current configs: a shipped model always matches the recipe in git.
+    """
+    from llmkit.course.recipe_stages import SHIPPED
+
+    recipe = load_recipe(path)
+    out = Path(out_dir or recipe["out_dir"])
+    models = Path(models_dir) if models_dir is not None else Path(path).parent
+    stages = recipe["stages"]
+    for stage, chain in zip(stages, chain_hashes(stages)):
+        done = out / stage["name"] / "done.json"
+        if not done.is_file() or json.loads(done.read_text(encoding="utf-8")).get("chain") != chain:
+            raise RuntimeError(f"stage {stage['name']!r} is not done with its current config; run "
+                               f"`llmkit recipe {path}` to the end first")
+    names = [s["name"] for s in stages]
+    shipped, start = {}, 0
+    for model_name, stage_name in recipe.get("ship", {}).items():
+        end = names.index(stage_name) + 1
+        target = models / model_name
+        for old in ("config.json", "model.safetensors", "tokenizer.json"):
+            (target / old).unlink(missing_ok=True)
+        shutil.rmtree(target / "stages", ignore_errors=True)
+        target.mkdir(parents=True, exist_ok=True)
+        for file in sorted((out / stage_name / SHIPPED).iterdir()):
+            shutil.copyfile(file, target / file.name)
+        for name in names[start:end]:
+            (target / "stages" / name).mkdir(parents=True)
+            for file in STAGE_FILES:
+                if (out / name / file).is_file():
+                    shutil.copyfile(out / name / file, target / "stages" / name / file)
+        shipped[model_name], start = target, end
+    return shipped
+
+
 def recipe_main(argv: list[str] | None = None) -> int:
     """``llmkit recipe RECIPE.json``: every stage not yet done, in order."""
     parser = argparse.ArgumentParser(prog="llmkit recipe", description="Build the course models end to end, "
@@ -215,7 +260,13 @@ def recipe_main(argv: list[str] | None = None) -> int:
                         help="stop the next training stage after N steps with a checkpoint, as an interruption would")
     parser.add_argument("--out-dir", help="override the recipe's out_dir")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs still written)")
+    parser.add_argument("--ship", action="store_true", help="copy the finished models and their stage logs "
+                        "into the recipe's folder (data/models/<name>/) instead of running")
     args = parser.parse_args(argv)
+    if args.ship:
+        for name, folder in ship_models(args.recipe, out_dir=args.out_dir).items():
+            print(f"{name:<16} shipped to {folder}")
+        return 0
     outcome = run_recipe(args.recipe, device=args.device, stop_after=args.stop_after,
                          stop_at_step=args.stop_at_step, out_dir=args.out_dir, progress=not args.no_progress)
     for name, status in outcome.items():

@@ -13,6 +13,9 @@ figures to record in ``done.json`` (or None when a training stage stopped early 
 - ``sft``: skill conversations (``llmkit.course.skills``), optionally only some ``kinds``;
 - ``dpo``: skill preference pairs against the previous stage as reference;
 - ``evals``: greedy skill evaluations per split through ``Client`` + ``run_agent``.
+
+The pretrain and evals stages also write ``shipped/``: their model with its weights rounded to
+bfloat16 and stored so (``ship_copy``); their figures are measured on that copy, the one that ships.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from llmkit.paths import data_path
 
 KINDS = ("tokenizer", "corpus", "pretrain", "sft", "dpo", "evals")
 MODEL_KINDS = ("pretrain", "sft", "dpo")
+SHIPPED = "shipped"  # the folder, in the pretrain and evals stages, of the model as it ships (bf16 on disk)
 DOC_SEPARATOR = "\n<|endoftext|>\n"
 
 
@@ -145,13 +149,33 @@ def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path
     train(cfg, resume=resume, stop_after=stop_at_step, progress=progress)
     if not (folder / "model").is_dir():
         return None
-    model, _ = load_model(folder / "model")
+    model = ship_copy(folder / "model", folder / SHIPPED)
     figures = {}
     for name, text in (("shakespeare", "heldout.txt"), ("structured", "heldout_structured.txt")):
         scores = bits_per_byte(model, None, load_tokens(out / "corpus" / text, cfg.tokenizer), dtype=cfg.dtype)
         figures[f"heldout_bpb_{name}"] = round(scores["bpb"], 4)
-    log.info("held-out bits/byte: %s", figures)
+    log.info("held-out bits/byte of the shipped (bf16-rounded) model: %s", figures)
     return figures
+
+
+def ship_copy(model_dir: Path, shipped_dir: Path):
+    """Round ``model_dir``'s weights to bfloat16 and save them, stored in bf16, to ``shipped_dir``.
+
+    Returns the rounded model: the figures a stage records are measured on it, so the shipped file
+    (half the size) loads as exactly the model that was measured. Training continues from the
+    unrounded ``model_dir``.
+    """
+    import shutil
+
+    import torch
+
+    from llmkit.model.weights import TOKENIZER_FILE, load_model, round_weights, save
+
+    model, _ = load_model(model_dir)
+    round_weights(model, torch.bfloat16)
+    save(model, shipped_dir, storage_dtype=torch.bfloat16)
+    shutil.copyfile(model_dir / TOKENIZER_FILE, shipped_dir / TOKENIZER_FILE)
+    return model
 
 
 def has_checkpoint(folder: Path) -> bool:
@@ -162,7 +186,7 @@ def has_checkpoint(folder: Path) -> bool:
 def _finetune_config(settings: dict, base: Path, folder: Path, device: str | None):
     from llmkit.training.config import FinetuneConfig
 
-    values = {k: v for k, v in settings.items() if k != "kinds"}
+    values = {k: v for k, v in settings.items() if k not in ("kinds", "probe")}
     if "kinds" in settings and settings["kinds"] is not None:
         from llmkit.course.skills import KINDS as SKILL_KINDS
 
@@ -181,8 +205,8 @@ def run_finetune(stage: str, settings: dict, folder: Path, log: logging.Logger, 
     resume = has_checkpoint(folder)
     log.info("%s on %s from %s%s", stage.upper(), settings.get("kinds") or "every kind", base,
              ", resuming from the last checkpoint" if resume else "")
-    if not finetune_stage(stage, cfg, kinds=settings.get("kinds"), resume=resume, stop_after=stop_at_step,
-                          progress=progress):
+    if not finetune_stage(stage, cfg, kinds=settings.get("kinds"), probe=settings.get("probe"), resume=resume,
+                          stop_after=stop_at_step, progress=progress):
         return None
     return _last_eval(folder)
 
@@ -202,7 +226,8 @@ def run_evals(settings: dict, folder: Path, log: logging.Logger, *, base: Path, 
     from llmkit.course.skill_scores import evaluate_skills
     from llmkit.course.skills import KINDS as SKILL_KINDS, SPLITS
 
-    client = Client(base, device=device)
+    ship_copy(base, folder / SHIPPED)  # the evals score the model exactly as it ships
+    client = Client(folder / SHIPPED, device=device)
     splits, kinds = settings.get("splits", SPLITS[1:]), settings.get("kinds") or SKILL_KINDS
     total = len(splits) * len(kinds) * settings["per_kind"]
     bar = tqdm(total=total, desc="evals", unit="conv", disable=not progress)

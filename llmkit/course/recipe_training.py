@@ -2,8 +2,10 @@
 
 ``llmkit.training.finetune`` runs SFT and DPO on whatever examples it is handed as a function
 ``(n, split, seed) -> examples``; these are the course's. Its "heldout" split is the hardest one
-here, ``unseen_phrasings_and_tools``, so the held-out loss in the log is the curve that shows
-when the model starts to read tools and requests it has never seen.
+here, ``unseen_phrasings_and_tools``. A loss only says the model's guesses got likelier; whether
+it can *do* the thing shows in use, so a stage may also name a ``probe``: at every report a few
+greedy conversations per split are run through the harness and scored (``skill_probe``), and the
+log gets the curve of when the model starts to read tools and requests it has never seen.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from llmkit.course.skill_preferences import make_skill_preferences
 from llmkit.course.skills import make_skills
 
 HELDOUT_SPLIT = "unseen_phrasings_and_tools"
+PROBE_DEFAULTS = {"per_kind": 4, "kinds": ["tool", "multi", "missing", "memory"],
+                  "splits": ["seen", "unseen_phrasings_and_tools"], "max_tokens": 64, "seed": 99}
 MAX_SKIPPED_SHARE = 0.5  # more examples than this too long for the context is a config error
 
 
@@ -64,15 +68,41 @@ def pair_source(tokenizer, context: int):
     return source
 
 
-def finetune_stage(stage: str, cfg, *, kinds=None, resume: bool, stop_after: int | None, progress: bool) -> bool:
-    """Run one SFT or DPO stage on the course's skill data; True when it finished (``model/`` written)."""
+def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
+    """``model -> {split: {score: fraction}}``: the same few greedy skill conversations each time.
+
+    ``settings`` may change ``PROBE_DEFAULTS``: conversations ``per_kind``, the ``kinds`` and
+    ``splits``, ``max_tokens`` per reply, the ``seed`` that draws the conversations.
+    """
+    from llmkit.chat.client import Client
+    from llmkit.course.skill_scores import SCORES, evaluate_skills
+
+    unknown = set(settings or {}) - set(PROBE_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown probe settings {sorted(unknown)}; use {sorted(PROBE_DEFAULTS)}")
+    chosen = {**PROBE_DEFAULTS, **(settings or {})}
+
+    def probe(model) -> dict:
+        report = evaluate_skills(Client.from_model(model, tokenizer), per_kind=chosen["per_kind"],
+                                 splits=chosen["splits"], kinds=chosen["kinds"], seed=chosen["seed"],
+                                 max_tokens=chosen["max_tokens"])
+        return {split: {k: v for k, v in scores.items() if k in SCORES} for split, scores in report.items()}
+    return probe
+
+
+def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, resume: bool, stop_after: int | None,
+                   progress: bool) -> bool:
+    """Run one SFT or DPO stage on the course's skill data; True when it finished (``model/`` written).
+
+    ``probe``: settings for ``skill_probe`` (``{}`` for its defaults), or None for no probe."""
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.finetune import finetune
 
     tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
     context = _context_of(cfg.base_model)
     source = conversation_source(tokenizer, context, kinds) if stage == "sft" else pair_source(tokenizer, context)
-    finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress)
+    finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress,
+             probe=None if probe is None else skill_probe(tokenizer, probe))
     return stop_after is None or stop_after >= cfg.max_steps
 
 

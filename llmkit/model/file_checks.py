@@ -21,6 +21,7 @@ from llmkit.model.config import ModelConfig
 FLOAT_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
 MAX_BUFFER_BYTES = 256 * 1024 * 1024  # RoPE tables beyond the weights themselves; ours take kilobytes
 CONFIG_METADATA_KEY = "llmkit.config"  # the config a weights file was saved with, as JSON
+DTYPE_METADATA_KEY = "llmkit.dtype"  # the dtype the model computed in, when it was stored in a narrower one
 
 
 class Header:

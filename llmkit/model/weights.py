@@ -5,6 +5,11 @@ A checkpoint is a folder with two files, readable without Python pickle (which c
     config.json          the ModelConfig, as JSON
     model.safetensors    every weight tensor by name (a tied LM head is stored once, as embed.weight)
 
+A model may be stored in a narrower dtype than it computes in (the shipped models: bfloat16 on
+disk, float32 in memory) only when that loses nothing: ``round_weights`` first, evaluate the
+rounded model, then ``save(..., storage_dtype=torch.bfloat16)``; ``load`` widens the weights back
+exactly, so the model that loads is the model that was evaluated.
+
 Shipped models (``load_model("base")``) live in ``data/models/<name>/`` with a ``tokenizer.json``; a
 bare name always means a shipped model, a path always a folder (``model_folder``).
 """
@@ -21,7 +26,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from llmkit.files import atomic_write, fsync_file, read_limited
-from llmkit.model.file_checks import CONFIG_METADATA_KEY, Header, check_finite, check_header, shape_problems
+from llmkit.model.file_checks import (CONFIG_METADATA_KEY, DTYPE_METADATA_KEY, Header, check_finite, check_header,
+                                      shape_problems)
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import data_path
 
@@ -32,8 +38,34 @@ TOKENIZER_FILE = "tokenizer.json"
 
 # --- our own checkpoints -------------------------------------------------------------------------
 
-def save(model: Transformer, directory: str | Path) -> Path:
+def round_weights(model: Transformer, dtype: torch.dtype = torch.bfloat16) -> Transformer:
+    """Round every weight, in place, to the nearest value ``dtype`` holds; the model keeps its dtype.
+
+    Storing in bfloat16 halves the file. Rounding is a change to the model, so it is done openly,
+    before the evals, rather than hidden inside ``save``.
+    """
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.copy_(tensor.to(dtype).to(tensor.dtype))
+    return model
+
+
+def _stored_as(tensors: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    narrow = {name: t.to(dtype) for name, t in tensors.items()}
+    lossy = [name for name, t in tensors.items() if not torch.equal(narrow[name].to(t.dtype), t)]
+    if lossy:
+        raise ValueError(f"{len(lossy)} tensors (first {lossy[0]}) are not exactly representable in {dtype}; "
+                         f"call llmkit.model.weights.round_weights(model, {dtype}) first (and evaluate the "
+                         "rounded model), or save without storage_dtype")
+    return narrow
+
+
+def save(model: Transformer, directory: str | Path, *, storage_dtype: torch.dtype | None = None) -> Path:
     """Write ``model.safetensors`` and ``config.json`` into ``directory`` (created if needed).
+
+    ``storage_dtype``: store the weights in this dtype (say ``torch.bfloat16``); refused unless it
+    is lossless (see ``round_weights``). ``load`` gives the model back in the dtype it had here.
 
     Each file is written under a temporary name, flushed to disk and renamed into place, so a
     crash never leaves half a file. The weights file also carries the config in its metadata and
@@ -44,10 +76,13 @@ def save(model: Transformer, directory: str | Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     config_text = json.dumps(model.config.to_dict(), indent=2) + "\n"
     tensors = {name: t.detach().cpu().contiguous() for name, t in _own_tensors(model).items()}
+    metadata = {"format": "pt", "writer": "llmkit", CONFIG_METADATA_KEY: json.dumps(model.config.to_dict())}
+    if storage_dtype is not None:
+        metadata[DTYPE_METADATA_KEY] = str(tensors["embed.weight"].dtype).removeprefix("torch.")
+        tensors = _stored_as(tensors, storage_dtype)
     partial = directory / f".{WEIGHTS_FILE}.partial"
     try:
-        save_file(tensors, str(partial), metadata={"format": "pt", "writer": "llmkit",
-                                                   CONFIG_METADATA_KEY: json.dumps(model.config.to_dict())})
+        save_file(tensors, str(partial), metadata=metadata)
         fsync_file(partial)
         os.replace(partial, directory / WEIGHTS_FILE)
     finally:
@@ -75,9 +110,23 @@ def load(directory: str | Path, device: torch.device | str | None = None) -> Tra
     config = _config_for(directory, header)
     tensors = _read_safetensors(weights_path)
     check_finite(tensors, weights_path)
+    widened = _compute_dtype(header)  # a model stored narrower than it computed in widens back, exactly
+    if widened is not None:
+        tensors = {name: t.to(widened) if t.is_floating_point() else t for name, t in tensors.items()}
     model = Transformer(config)
     _copy_into(model, tensors, source=weights_path)
     return model.to(device).eval() if device is not None else model.eval()
+
+
+def _compute_dtype(header: Header) -> torch.dtype | None:
+    name = header.metadata.get(DTYPE_METADATA_KEY)
+    if name is None:
+        return None
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{header.path}: its metadata names the dtype {name!r}, which is not a torch floating "
+                         "point dtype; the file was not written by llmkit.model.weights.save")
+    return dtype
 
 
 def _config_for(directory: Path, header: Header) -> ModelConfig:

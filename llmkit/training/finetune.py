@@ -9,6 +9,7 @@ course's recipe (``llmkit.course.recipe``) is one such caller.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -24,11 +25,16 @@ from llmkit.training.run import Stage, run_stage
 from llmkit.training.sft import ExampleSource, conversation_batch, masked_loss, set_dropout, step_seed
 
 STAGES = ("sft", "dpo")
+Probe = Callable[[Transformer], dict]  # figures measured on the model at each report, logged beside the loss
 
 
 def finetune(stage: str, cfg: FinetuneConfig, examples: ExampleSource | PairSource, *, resume: bool = False,
-             stop_after: int | None = None, progress: bool = True) -> Transformer:
+             stop_after: int | None = None, progress: bool = True, probe: Probe | None = None) -> Transformer:
     """Run SFT (``stage="sft"``) or DPO (``"dpo"``) on ``examples``; returns the fine-tuned model.
+
+    ``probe``: a function of the model run at every held-out report, whose figures are logged in
+    the eval record under ``"probe"``. A loss falls long before a skill appears; a probe that
+    *uses* the model (say, a few greedy conversations scored) shows when it does.
 
     Writes into ``cfg.out_dir``: ``<stage>_config.json``, ``train_log.jsonl``, ``checkpoint/`` and,
     when finished, ``model/`` (config.json, model.safetensors, tokenizer.json) for ``load_model``.
@@ -47,15 +53,19 @@ def finetune(stage: str, cfg: FinetuneConfig, examples: ExampleSource | PairSour
     log = TrainingLog(Path(cfg.out_dir) / "train_log.jsonl")
     tokenizer_file = model_folder(cfg.base_model) / TOKENIZER_FILE
     if stage == "sft":
-        run = _sft_stage(model, tokenizer, cfg, examples, log, tokenizer_file)
+        run = _sft_stage(model, tokenizer, cfg, examples, log, tokenizer_file, probe)
     else:
-        run = _dpo_stage(model, tokenizer, cfg, examples, log, procs, tokenizer_file)
+        run = _dpo_stage(model, tokenizer, cfg, examples, log, procs, tokenizer_file, probe)
     return run_stage(run, cfg, model, optimizer, procs, log, resume=resume, stop_after=stop_after,
                      progress=progress)
 
 
+def _probed(model: Transformer, probe: Probe | None) -> dict:
+    return {} if probe is None else {"probe": probe(model)}
+
+
 def _sft_stage(model: Transformer, tokenizer, cfg: FinetuneConfig, examples: ExampleSource, log: TrainingLog,
-               tokenizer_file: Path) -> Stage:
+               tokenizer_file: Path, probe: Probe | None) -> Stage:
     context = model.config.context_length
     heldout = examples(cfg.heldout_examples, "heldout", cfg.seed)
     heldout_batches = [conversation_batch(heldout[i:i + 16], tokenizer, context) for i in range(0, len(heldout), 16)]
@@ -65,14 +75,14 @@ def _sft_stage(model: Transformer, tokenizer, cfg: FinetuneConfig, examples: Exa
 
     def report(step: int) -> dict[str, str]:
         loss = masked_loss(model, heldout_batches)
-        log.write(kind="eval", step=step, heldout_loss=round(loss, 4))
+        log.write(kind="eval", step=step, heldout_loss=round(loss, 4), **_probed(model, probe))
         return {"heldout_loss": f"{loss:.3f}"}
 
     return Stage("sft", batch_at, report, tokenizer_file, before_save=lambda m: set_dropout(m, 0.0))
 
 
 def _dpo_stage(model: Transformer, tokenizer, cfg: FinetuneConfig, pairs: PairSource, log: TrainingLog,
-               procs: Processes, tokenizer_file: Path) -> Stage:
+               procs: Processes, tokenizer_file: Path, probe: Probe | None) -> Stage:
     reference, _ = load_model(cfg.base_model, device=procs.device)
     objective = DPOObjective(reference, tokenizer, cfg, procs.device, pairs=pairs)
     heldout_pairs = pairs(cfg.heldout_examples, "heldout", cfg.seed)
@@ -83,7 +93,8 @@ def _dpo_stage(model: Transformer, tokenizer, cfg: FinetuneConfig, pairs: PairSo
         train_accuracy = sum(recent) / len(recent) if recent else None
         log.write(kind="eval", step=step, heldout_loss=round(scores["loss"], 4),
                   heldout_reward_accuracy=round(scores["reward_accuracy"], 4),
-                  train_reward_accuracy=None if train_accuracy is None else round(train_accuracy, 4))
+                  train_reward_accuracy=None if train_accuracy is None else round(train_accuracy, 4),
+                  **_probed(model, probe))
         return {"reward_acc": f"{scores['reward_accuracy']:.2f}"}
 
     return Stage("dpo", objective.batch_at, report, tokenizer_file, loss_fn=objective.loss_fn,
