@@ -73,10 +73,10 @@ def test_cost_follows_the_price_table(tokenizer):
         u = reply.usage
         expected = (u.input_tokens * 3.0 + u.cache_read_input_tokens * 0.3 + u.output_tokens * 15.0) / 1e6
         assert reply.cost == pytest.approx(expected)
-        assert [line.tokens for line in reply.bill.lines] == [u.input_tokens, u.cache_read_input_tokens,
-                                                              u.output_tokens]
+        assert [line.count for line in reply.bill.lines] == [u.cache_read_input_tokens, u.input_tokens,
+                                                             u.thinking_tokens, u.output_tokens - u.thinking_tokens, 0]
     assert second.usage.cache_read_input_tokens > 0  # the system prompt was reused
-    assert Client.from_model(client.model, tokenizer).prices == Prices(2.0, 10.0, 0.2)  # the defaults
+    assert Client.from_model(client.model, tokenizer).prices == Prices(2.0, 10.0, 0.2, 0.01)  # the defaults
 
 
 def test_previous_id_resends_the_history(client):

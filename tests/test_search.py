@@ -7,7 +7,8 @@ import random
 import pytest
 
 from llmkit.paths import data_path
-from llmkit.course.search import INJECTED_DOCUMENT, SNIPPET_CHARS, Document, SearchIndex, course_index, words
+from llmkit.course.search import (INJECTED_DOCUMENT, SNIPPET_CHARS, Citation, Document, SearchIndex, SearchResult,
+                                  course_index, find_citations, search_results, words)
 from llmkit.chat.tools import Tool, run_tool_call, tool
 from llmkit.course.tools import EXAMPLE_TOOLS, SEARCH_RESULTS, web_search
 
@@ -192,3 +193,29 @@ def test_tool_marks_server_tools_only_when_asked():
     assert remote.definition() == {**plain.definition(), "name": "remote", "description": "Echo on the server."}
     with pytest.raises(TypeError, match="server must be True or False"):
         Tool(plain.function, name="p", description="d", input_schema={}, server="yes")
+
+
+# ---------------------------------------------------------------- results with sources, and citations
+def test_search_results_carry_their_source_documents(small):
+    index = SearchIndex.from_folder(small)
+    content = json.dumps({hit.title: hit.snippet for hit in index.search("monsoon tea", k=2)})
+    results = search_results(content, index)
+    assert [(r.title, r.source) for r in results] == [(hit.title, hit.path)
+                                                      for hit in index.search("monsoon tea", k=2)]
+    assert results[0].snippet == index.search("monsoon tea", k=2)[0].snippet
+    course = search_results(web_search.function("monsoon in Pune"))  # the real tool, the course's documents
+    assert course and all(data_path("docs", r.source).is_file() for r in course)
+    with pytest.raises(ValueError, match="not a web_search result"):
+        search_results("refused: at most 3 server tool calls")
+
+
+def test_citations_are_the_words_an_answer_repeats_from_a_result():
+    results = [SearchResult("Rain in Pune", "The monsoon brings Pune heavy rain from June.", "data/docs/rain.md"),
+               SearchResult("Tea", "Tea grows on the hills of Kandy.", "data/docs/tea.md")]
+    answer = "Yes: the Monsoon brings Pune heavy rain, so take an umbrella."
+    assert find_citations(answer, results) == [Citation("The monsoon brings Pune heavy rain", "Rain in Pune",
+                                                        "data/docs/rain.md")]
+    assert find_citations("Take an umbrella.", results) == []  # nothing repeated: nothing cited
+    both = find_citations("Tea grows on the hills; the monsoon brings Pune rain.", results)
+    assert [c.title for c in both] == ["Tea", "Rain in Pune"]  # the longer quote first (5 words, then 4)
+    assert find_citations("the monsoon", results, min_words=2)[0].cited_text == "The monsoon"

@@ -83,7 +83,9 @@ def test_a_server_call_runs_inside_create_and_the_reply_carries_it(tokenizer):
     assert reply.usage.output_tokens == len(ids) - prompt - len(result_ids)
     thinking_ids = tokenizer.encode("<|thinking|>I'll search the documents.<|end_thinking|>", allowed_special="all")
     assert reply.usage.thinking_tokens == len(thinking_ids)
-    assert reply.cost == pytest.approx((reply.usage.input_tokens * 2 + reply.usage.output_tokens * 10) / 1e6)
+    # the bill: every token, plus the fee for the one search ($0.01), thinking split out of the output
+    assert reply.cost == pytest.approx((reply.usage.input_tokens * 2 + reply.usage.output_tokens * 10) / 1e6 + 0.01)
+    assert reply.bill.server_tool_calls == 1 and reply.bill.thinking_tokens == reply.usage.thinking_tokens
 
     # re-sent as history, the reply renders to exactly the tokens the model read and wrote
     history = QUESTION + [reply.to_param()]

@@ -15,23 +15,31 @@ SYSTEM = "You are a helpful assistant. Answer briefly, and use a tool when one h
 
 
 def test_bill_lines_and_total():
-    bill = Bill(input_tokens=1_000, cache_read_input_tokens=4_000, output_tokens=300)
-    assert [(line.label, line.tokens) for line in bill.lines] == [("input", 1000), ("cache read", 4000),
-                                                                    ("output", 300)]
-    assert [line.dollars for line in bill.lines] == pytest.approx([0.002, 0.0008, 0.003])
-    assert bill.total == pytest.approx(0.0058)
-    assert "total" in str(bill) and "$0.005800" in str(bill)
+    bill = Bill(input_tokens=1_000, cache_read_input_tokens=4_000, output_tokens=300, thinking_tokens=100,
+                server_tool_calls=2)
+    assert [(line.label, line.count) for line in bill.lines] == [
+        ("cache read", 4000), ("input", 1000), ("output: thinking", 100), ("output: text", 200),
+        ("server tool calls", 2)]
+    assert [line.dollars for line in bill.lines] == pytest.approx([0.0008, 0.002, 0.001, 0.002, 0.02])
+    assert bill.total == pytest.approx(0.0258)
+    assert "total" in str(bill) and "$0.025800" in str(bill) and "2 call" in str(bill)
+
+
+def test_thinking_is_part_of_the_output():
+    assert Bill(output_tokens=30, thinking_tokens=30).total == Bill(output_tokens=30).total
+    with pytest.raises(ValueError, match="part of output_tokens"):
+        Bill(output_tokens=10, thinking_tokens=11)
 
 
 def test_bills_add_up_only_under_one_price_table():
-    a, b = Bill(10, 20, 30), Bill(1, 2, 3)
-    assert a + b == Bill(11, 22, 33)
+    a, b = Bill(10, 20, 30, thinking_tokens=5, server_tool_calls=1), Bill(1, 2, 3, server_tool_calls=2)
+    assert a + b == Bill(11, 22, 33, thinking_tokens=5, server_tool_calls=3)
     assert (a + b).total == pytest.approx(a.total + b.total)
     with pytest.raises(ValueError, match="different price tables"):
         a + Bill(1, 2, 3, Prices(input=5.0))
 
 
-@pytest.mark.parametrize("field", ["input", "output", "cache_read"])
+@pytest.mark.parametrize("field", ["input", "output", "cache_read", "server_tool_call"])
 def test_prices_must_be_non_negative_numbers(field):
     with pytest.raises(ValueError, match=f"Prices.{field}"):
         Prices(**{field: -1.0})

@@ -47,7 +47,7 @@ def agent_like_trace() -> Trace:
     trace.add("prefill", t=0.0, duration=0.010, input_tokens=20, cache_read_input_tokens=64)
     trace.add("thinking", t=0.010, tokens=16)
     trace.add("answer", t=0.010, duration=0.320, stop_reason="tool_use", text="", content=[call], output_tokens=64)
-    trace.add("bill", t=0.330, bill=Bill(20, 64, 64))
+    trace.add("bill", t=0.330, bill=Bill(20, 64, 64, thinking_tokens=16))
     trace.add("tool_call", t=0.331, duration=0.001, name="get_weather", input=call["input"], is_error=False)
     trace.add("tool_result", t=0.332, tokens=79, content='{"chance_of_rain_percent": 32}', is_error=False)
     trace.add("request", t=0.333, request=2, id="msg_0002")
@@ -90,7 +90,8 @@ def test_thinking_tokens_are_counted_per_request(tokenizer):
     assert row.usage.thinking_tokens == reply.usage.thinking_tokens > 0 and row.tools > 0
     assert row.usage.output_tokens == len(tokenizer.encode(written, allowed_special="all"))
     lines = vt.itemised_bill([row]).splitlines()
-    assert lines[1].split()[3:5] == [str(row.usage.thinking_tokens), str(row.usage.output_tokens - row.usage.thinking_tokens)]
+    thinking, text = row.usage.thinking_tokens, row.usage.output_tokens - row.usage.thinking_tokens
+    assert lines[1].split()[3:6] == [str(thinking), str(text), "0"]  # no searches
 
 
 def test_request_rows_skip_tool_events_and_refuse_incomplete_requests():
@@ -150,12 +151,29 @@ def test_median_time_to_first_token_is_per_request():
 def test_the_itemised_bill_adds_up():
     rows = request_rows(agent_like_trace())
     text = vt.itemised_bill(rows)
-    assert "thinking" in text and "16 tokens x $10/M = $0.000160" in text
-    assert "other output     69 tokens x $10/M" in text  # 64 - 16 + 21
+    assert "output: thinking       16 tok  x $10/M = $0.000160" in text
+    assert "output: text           69 tok  x $10/M" in text  # 64 - 16 + 21
     total = Bill(20, 64, 64).total + Bill(86, 144, 21).total
     assert text.splitlines()[-1].endswith(f"${total:.6f}")
     with pytest.raises(ValueError, match="rows is empty"):
         vt.itemised_bill([])
+
+
+def test_the_itemised_bill_charges_each_search():
+    trace = Trace()
+    trace.add("request", t=0.0, request=1, id="msg_0001")
+    trace.add("context", t=0.0, total=80, system=10, tools=40, history=0, new_message=30, dropped_messages=0)
+    for t, read, cached in ((0.0, 80, 0), (0.2, 30, 112)):  # the model reads again after the search result
+        trace.add("prefill", t=t, duration=0.01, input_tokens=read, cache_read_input_tokens=cached)
+        trace.add("answer", t=t + 0.01, duration=0.1, stop_reason="tool_use" if t == 0 else "end_turn", text="",
+                  content=[], output_tokens=20)
+    trace.add("bill", t=0.4, bill=Bill(110, 112, 40, server_tool_calls=1))
+    (row,) = request_rows(trace)
+    text = vt.itemised_bill([row])
+    assert text.splitlines()[1].split()[5] == "1" and "1 call x $0.01 per call = $0.010000" in text
+    assert text.splitlines()[-1].endswith(f"${row.cost:.6f}") and row.cost > 0.01
+    right = vt.plot_bill([row]).axes[1]
+    assert sum(p.get_height() for p in right.patches) == pytest.approx(row.cost)
 
 
 def test_every_event_is_told_in_words():
@@ -193,7 +211,7 @@ def test_the_bill_plot_splits_tokens_and_dollars():
     figure = vt.plot_bill(rows)
     left, right = figure.axes
     assert left.get_ylabel() == "tokens" and right.get_ylabel() == "dollars" and left.get_xlabel()
-    assert len(left.patches) == len(right.patches) == 4 * len(rows)
+    assert len(left.patches) == len(right.patches) == 5 * len(rows)  # Bill.lines: 5 parts
     heights = [sum(p.get_height() for p in left.patches if p.get_x() < 0.5)]  # the first request's bar
     assert heights == [pytest.approx(rows[0].billed_tokens)]
     assert sum(p.get_height() for p in right.patches) == pytest.approx(sum(r.cost for r in rows))
@@ -211,3 +229,12 @@ def test_the_stepper_tells_and_draws_each_step():
     assert "The loop ends" in text.value
     slider.value = 7
     assert "our code" in text.value and "tool_call" in text.value
+
+
+def test_a_tool_result_is_shown_as_the_tokens_the_model_reads(tokenizer):
+    block = {"type": "server_tool_result", "tool_use_id": "srvtoolu_1", "is_error": False,
+             "content": '{"Pune, India": "Monsoon rain."}'}
+    pieces = vt.result_tokens(tokenizer, block)
+    assert pieces[0] == "<|tool_result|>" and pieces[-2:] == ["<|end_tool_result|>", "<|assistant|>"]
+    assert "".join(pieces[1:-2]) == block["content"].replace(" ", "␣")  # spaces shown as a visible mark
+    assert len(pieces) == len(tokenizer.encode(block["content"])) + 3

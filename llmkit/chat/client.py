@@ -298,7 +298,8 @@ class Messages:
         message = Message(
             id=message_id, content=content, stop_reason=stop_reason,
             stop_sequence=generation.stop_sequence if stop_reason == "stop_sequence" else None,
-            bill=Bill(usage.input_tokens, usage.cache_read_input_tokens, usage.output_tokens, client.prices),
+            bill=Bill(usage.input_tokens, usage.cache_read_input_tokens, usage.output_tokens, client.prices,
+                      usage.thinking_tokens, usage.server_tool_calls),
             dropped=request.dropped, usage=usage)
         client.conversations[message_id] = (request.system, request.tools, _with_reply(request, content))
         if trace is not None:

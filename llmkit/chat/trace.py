@@ -9,7 +9,8 @@ event with a timestamp, so a notebook can print it (``summary``), read it as one
 
 The bill follows the usual price table: input tokens the model read, input tokens served from
 the prompt cache (much cheaper: nothing was computed), and output tokens (dearer: one forward
-pass each, thinking included, shown to the user or not).
+pass each, thinking included, shown to the user or not), plus a fee per server tool call (a web
+search costs its tokens *and* the fee).
 """
 from __future__ import annotations
 
@@ -25,45 +26,69 @@ PER_MILLION = 1_000_000
 
 @dataclass(frozen=True)
 class Prices:
-    """Dollars per million tokens. The defaults are a typical hosted model's list price ($2 in,
-    $10 out) with cache reads at a tenth of the input price."""
+    """The price table. Tokens are priced in dollars per million: the defaults are a typical hosted
+    model's list price ($2 in, $10 out) with cache reads at a tenth of the input price. A server
+    tool call (a web search) is a fee per call on top of its tokens: $10 per 1,000 searches."""
 
     input: float = 2.0
     output: float = 10.0
     cache_read: float = 0.2
+    server_tool_call: float = 0.01  # dollars per call, not per million
 
     def __post_init__(self) -> None:
-        for name in ("input", "output", "cache_read"):  # dollars per million tokens
+        for name in ("input", "output", "cache_read", "server_tool_call"):
             check_number(f"Prices.{name}", getattr(self, name), minimum=0)
 
 
 @dataclass(frozen=True)
 class BillLine:
-    """One line of a bill: ``tokens`` at ``price`` dollars per million."""
+    """One line of a bill: ``count`` units (tokens, or calls) at ``price`` dollars per ``per`` units."""
 
     label: str
-    tokens: int
+    count: int
     price: float
+    per: int = PER_MILLION
+    unit: str = "tok"
 
     @property
     def dollars(self) -> float:
-        return self.tokens * self.price / PER_MILLION
+        return self.count * self.price / self.per
+
+    def __str__(self) -> str:
+        per = "/M" if self.per == PER_MILLION else f" per {self.unit}" if self.per == 1 else f"/{self.per}"
+        return f"{self.label:<16} {self.count:>8} {self.unit:<4} x ${self.price:g}{per} = ${self.dollars:.6f}"
 
 
 @dataclass(frozen=True)
 class Bill:
-    """What a request (or several, added with ``+``) cost: input, cache read and output lines."""
+    """What a request (or several, added with ``+``) cost.
+
+    Input tokens the model computed, input tokens read from the prompt cache, output tokens (of
+    which ``thinking_tokens`` were thinking: same price, shown to the user or not) and the fee for
+    each server tool call (``server_tool_calls``, e.g. web searches)."""
 
     input_tokens: int = 0
     cache_read_input_tokens: int = 0
     output_tokens: int = 0
     prices: Prices = field(default_factory=Prices)
+    thinking_tokens: int = 0  # part of output_tokens
+    server_tool_calls: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.thinking_tokens <= self.output_tokens:
+            raise ValueError(f"thinking_tokens ({self.thinking_tokens}) is part of output_tokens "
+                             f"({self.output_tokens}): it must be between 0 and output_tokens")
 
     @property
     def lines(self) -> list[BillLine]:
-        return [BillLine("input", self.input_tokens, self.prices.input),
-                BillLine("cache read", self.cache_read_input_tokens, self.prices.cache_read),
-                BillLine("output", self.output_tokens, self.prices.output)]
+        """Cache read, new input, output as thinking and text, and the server tool calls' fee."""
+        text = self.output_tokens - self.thinking_tokens
+        return [BillLine("cache read", self.cache_read_input_tokens, self.prices.cache_read),
+                BillLine("input", self.input_tokens, self.prices.input),
+                BillLine("output: thinking", self.thinking_tokens, self.prices.output),
+                BillLine("output: text", text, self.prices.output),
+                BillLine("server tool calls", self.server_tool_calls, self.prices.server_tool_call, per=1,
+                         unit="call")]
 
     @property
     def total(self) -> float:
@@ -76,12 +101,12 @@ class Bill:
             raise ValueError("these bills use different price tables; add bills priced the same way")
         return Bill(self.input_tokens + other.input_tokens,
                     self.cache_read_input_tokens + other.cache_read_input_tokens,
-                    self.output_tokens + other.output_tokens, self.prices)
+                    self.output_tokens + other.output_tokens, self.prices,
+                    self.thinking_tokens + other.thinking_tokens, self.server_tool_calls + other.server_tool_calls)
 
     def __str__(self) -> str:
-        rows = [f"  {line.label:<10} {line.tokens:>8} tok x ${line.price:g}/M = ${line.dollars:.6f}"
-                for line in self.lines]
-        return "\n".join(rows + [f"  {'total':<10} {'':>8}                 ${self.total:.6f}"])
+        rows = [f"  {line}" for line in self.lines]
+        return "\n".join(rows + [f"  {'total':<16} {'':>48}${self.total:.6f}"])
 
 
 @dataclass(frozen=True)

@@ -196,3 +196,84 @@ def _shorten(text: str, limit: int) -> str:
         return text
     cut = text[: limit - 1].rsplit(" ", 1)[0]
     return cut + "…"
+
+
+# --- what an app shows of a search: results with their sources, and the citations in the answer --------
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One ``web_search`` result as an app shows it: ``title``, ``snippet`` and ``source``, the
+    document it came from (its path in the collection, e.g. "pune.md" in ``data/docs``: the course's
+    stand-in for a URL)."""
+
+    title: str
+    snippet: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Citation:
+    """A passage of an answer traced back to a result: ``cited_text`` (the snippet's words the answer
+    repeats), and the result's ``title`` and ``source``."""
+
+    cited_text: str
+    title: str
+    source: str
+
+
+def search_results(content: str, index: SearchIndex | None = None) -> list[SearchResult]:
+    """The results of one ``web_search`` call, from the JSON it returned (title -> snippet, best
+    first), each with its source document looked up by title in ``index`` (default: the course's)."""
+    import json
+
+    try:
+        hits = json.loads(content)
+    except ValueError:
+        raise ValueError(f"not a web_search result (JSON from title to snippet): {content[:80]!r}; an error "
+                         f"result has no results to show") from None
+    if not isinstance(hits, dict):
+        raise ValueError(f"a web_search result is a JSON object from title to snippet, got {content[:80]!r}")
+    index = course_index() if index is None else index
+    return [SearchResult(title, snippet, _source(title, index)) for title, snippet in hits.items()]
+
+
+def _source(title: str, index: SearchIndex) -> str:
+    """The document a result title names: ``web_search`` writes "Title (path)" when two hits share a title."""
+    for document in index.documents:
+        if title in (document.title, f"{document.title} ({document.path})"):
+            return document.path
+    return "(unknown source)"
+
+
+def find_citations(answer: str, results: list[SearchResult], *, min_words: int = 3) -> list[Citation]:
+    """The results an answer quotes, best first: for each result, the longest run of at least
+    ``min_words`` consecutive words (compared case-insensitively) the answer shares with its snippet.
+
+    A hosted API's model writes its citations as it answers; the course model was not trained to, so
+    the app finds them afterwards by matching the answer against what it read. An answer that
+    paraphrases cites nothing here: the check is for repeated words, not for meaning."""
+    check_int("min_words", min_words, minimum=1)
+    answer_words = [word.casefold() for word in re.findall(r"\w+", answer)]
+    citations = []
+    for result in results:
+        spans = [(m.start(), m.end(), m.group().casefold()) for m in re.finditer(r"\w+", result.snippet)]
+        first, length = _longest_shared_run([word for _, _, word in spans], answer_words)
+        if length >= min_words:
+            cited = result.snippet[spans[first][0]:spans[first + length - 1][1]]
+            citations.append((length, Citation(cited, result.title, result.source)))
+    return [citation for _, citation in sorted(citations, key=lambda pair: -pair[0])]
+
+
+def _longest_shared_run(snippet: list[str], answer: list[str]) -> tuple[int, int]:
+    """(start in ``snippet``, length) of the longest run of words that also appears in ``answer``."""
+    best = (0, 0)
+    previous = [0] * (len(answer) + 1)  # run lengths ending at the previous snippet word
+    for i, word in enumerate(snippet):
+        current = [0] * (len(answer) + 1)
+        for j, other in enumerate(answer):
+            if word == other:
+                current[j + 1] = previous[j] + 1
+                if current[j + 1] > best[1]:
+                    best = (i - current[j + 1] + 1, current[j + 1])
+        previous = current
+    return best

@@ -1,18 +1,21 @@
 """Notebook pictures of a ``llmkit.chat.trace.Trace``: where the time and the money of a request went.
 
 Plain data first (testable without a display): ``timeline_rows`` (one row per timed event),
-``event_story`` (one event in words) and ``itemised_bill`` (the bill as text, thinking split out
-of the output), from ``llmkit.chat.trace.request_rows`` (one ``RequestRow`` per request). Then the pictures: ``plot_trace`` (prefill, decode and tool
-runs as bars), ``plot_timeline`` (the same story with the harness's steps and thinking marked,
-notebook 10), ``plot_bill`` (tokens and dollars per request) and ``trace_stepper``, a slider that
-walks through the events one at a time.
+``event_story`` (one event in words), ``result_tokens`` (a tool result as the tokens the model
+reads) and ``itemised_bill`` (the bill as text: thinking split out of the output, the search fee
+beside it), from ``llmkit.chat.trace.request_rows`` (one ``RequestRow`` per request). Then the
+pictures: ``plot_trace`` (prefill, decode and tool runs as bars), ``plot_timeline`` (the same
+story with the harness's steps and thinking marked, notebook 10), ``plot_bill`` (tokens and
+dollars per request) and ``trace_stepper``, a slider that walks through the events one at a time.
 """
 from __future__ import annotations
 
 import html
 from collections.abc import Sequence
 
+from llmkit.chat.template import server_result_ids
 from llmkit.chat.trace import Event, RequestRow, Trace
+from llmkit.viz.first_taste import show_piece
 
 LANES = {"prefill": "prefill (reading the prompt)", "answer": "decode (writing the reply)",
          "tool_call": "tool run (the harness)"}
@@ -102,8 +105,10 @@ def event_story(event: Event) -> str:
         return f"{what} {tokens} output tokens, written in {ms:.1f} ms."
     if event.kind == "bill":
         bill = d["bill"]
+        searches = f", {bill.server_tool_calls} server tool call(s)" if bill.server_tool_calls else ""
         return (f"This request's bill: {bill.input_tokens} input tokens, {bill.cache_read_input_tokens} cache reads, "
-                f"{bill.output_tokens} output tokens = ${bill.total:.6f}.")
+                f"{bill.output_tokens} output tokens ({bill.thinking_tokens} of them thinking){searches} "
+                f"= ${bill.total:.6f}.")
     if event.kind == "tool_call":
         error = " It failed; the error goes back to the model as the result." if d.get("is_error") else ""
         arguments = ", ".join(f"{k}={v!r}" for k, v in d["input"].items()) if isinstance(d.get("input"), dict) else ""
@@ -120,42 +125,41 @@ def event_story(event: Event) -> str:
     return f"{event.kind}: " + ", ".join(f"{key}={value}" for key, value in d.items())
 
 
+def result_tokens(tokenizer, block: dict) -> list[str]:
+    """A tool result as the model reads it: one readable piece per token, from the result marker
+    through the content to the ``<|assistant|>`` header after which the model writes again. A
+    result is not a message to the model, just more tokens of its context."""
+    return [show_piece(tokenizer.token_bytes(token)) for token in server_result_ids(tokenizer, block)]
+
+
 def itemised_bill(rows: Sequence[RequestRow]) -> str:
-    """The bill per request with the output split into thinking and the rest, then the totals in dollars."""
+    """The bill per request (cache reads, new input, output split into thinking and text, server tool
+    calls such as web searches), then every line of the total bill in dollars."""
     if not rows:
         raise ValueError("rows is empty: pass request_rows(trace) of a trace with at least one request")
-    header = f"{'request':<10}{'cache read':>11}{'input':>8}{'thinking':>10}{'other output':>14}{'dollars':>12}"
+    header = (f"{'request':<10}{'cache read':>11}{'input':>8}{'thinking':>10}{'text out':>10}{'searches':>10}"
+              f"{'dollars':>12}")
     lines = [header]
     for row in rows:
-        usage = row.usage
-        lines.append(f"{row.id:<10}{usage.cache_read_input_tokens:>11}{usage.input_tokens:>8}"
-                     f"{usage.thinking_tokens:>10}{usage.output_tokens - usage.thinking_tokens:>14}{row.cost:>12.6f}")
-    parts = [_bill_parts(row) for row in rows]
-    totals = {label: (sum(p[label][0] for p in parts), price) for label, (_, price) in parts[0].items()}
-    lines.append("")
-    for label, (tokens, price) in totals.items():
-        lines.append(f"{label:<13}{tokens:>6} tokens x ${price:g}/M = ${tokens * price / 1e6:.6f}")
-    lines.append(f"{'total':<13}{'':>6}                   ${sum(r.cost for r in rows):.6f}")
-    return "\n".join(lines)
+        bill = row.bill
+        lines.append(f"{row.id:<10}{bill.cache_read_input_tokens:>11}{bill.input_tokens:>8}{bill.thinking_tokens:>10}"
+                     f"{bill.output_tokens - bill.thinking_tokens:>10}{bill.server_tool_calls:>10}{row.cost:>12.6f}")
+    total = rows[0].bill
+    for row in rows[1:]:
+        total = total + row.bill
+    return "\n".join(lines + ["", str(total)])
 
 
 # ---------------------------------------------------------------- pictures
 
-BILL_PARTS = (("cache read", "tab:green"), ("input", "tab:blue"), ("thinking", "tab:purple"),
-              ("other output", "tab:orange"))
-
-
-def _bill_parts(row: RequestRow) -> dict[str, tuple[int, float]]:
-    """Tokens and price per million tokens for each part of a request's bill."""
-    prices, usage = row.bill.prices, row.usage
-    return {"cache read": (usage.cache_read_input_tokens, prices.cache_read), "input": (usage.input_tokens, prices.input),
-            "thinking": (usage.thinking_tokens, prices.output),
-            "other output": (usage.output_tokens - usage.thinking_tokens, prices.output)}
+BILL_COLOURS = {"cache read": "tab:green", "input": "tab:blue", "output: thinking": "tab:purple",
+                "output: text": "tab:orange", "server tool calls": "tab:red"}  # Bill.lines, in order
 
 
 def plot_bill(rows: Sequence[RequestRow], title: str = "The bill, itemised"):
-    """Per request: tokens (left) and dollars (right), split into cache reads, new input, thinking
-    and the rest of the output. Output is few tokens but most of the money."""
+    """Per request: tokens (left) and dollars (right), split as the bill is: cache reads, new input,
+    thinking, text output and the server tool calls' fee (dollars without tokens). Output is few
+    tokens but much of the money; a search fee can outweigh all the tokens."""
     import matplotlib.pyplot as plt
 
     if not rows:
@@ -163,9 +167,10 @@ def plot_bill(rows: Sequence[RequestRow], title: str = "The bill, itemised"):
     labels = [f"{row.number}\n{row.stop_reason}" for row in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     tokens_bottom, dollars_bottom = [0.0] * len(rows), [0.0] * len(rows)
-    for part, colour in BILL_PARTS:
-        tokens = [_bill_parts(row)[part][0] for row in rows]
-        dollars = [n * _bill_parts(row)[part][1] / 1e6 for n, row in zip(tokens, rows)]
+    for index, (part, colour) in enumerate(BILL_COLOURS.items()):
+        bill_lines = [row.bill.lines[index] for row in rows]
+        tokens = [line.count if line.unit == "tok" else 0 for line in bill_lines]  # a fee has no tokens
+        dollars = [line.dollars for line in bill_lines]
         left.bar(labels, tokens, bottom=tokens_bottom, color=colour, label=part)
         right.bar(labels, dollars, bottom=dollars_bottom, color=colour, label=part)
         tokens_bottom = [a + b for a, b in zip(tokens_bottom, tokens)]
