@@ -1,0 +1,188 @@
+"""The strawberry experiment, from a model that can spell: does counting need the letters written out?
+
+Source note 002 claims: the letters of a word are recoverable from its tokens (a model can spell
+it), but counting a letter *directly* fails; spelling the word out with a running count first
+(reasoning tokens) or calling a ``count_letters`` tool fixes it, at a price in output tokens.
+
+A claim about models that can spell needs a model that can. So, from the base model:
+
+1. **speller**: fine-tune on "Spell X." -> "x y z" for every letter token of the vocabulary and
+   for words built from several tokens (corpus words, invented words, random token glue);
+   ``llmkit.course.spelling``. Probe: spell the held-out words (``spelling_alone``).
+2. **direct / spelled / tool**: three fine-tunes *from the speller*, on the same (word, letter)
+   items, one answer format each (``llmkit.course.strawberry.format_source``), a quarter of each
+   batch still "Spell X." so the speller keeps its skill.
+3. Score every format greedily, through ``run_agent`` on a ``Client``, on held-out real words and
+   invented words (never in any training data), two letters per word, the letter drawn so that
+   the true counts are spread (``balanced_letter``): accuracy and mean output tokens.
+
+    python data/experiments/strawberry/build.py                       # the full run (see README.md)
+    python data/experiments/strawberry/build.py --quick --out /tmp/s.json   # about a minute
+
+A stage whose model folder exists with the same settings is not trained again; an interrupted
+one resumes from its last checkpoint (``--work``, default ``runs/experiments/strawberry``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from llmkit.course import spelling, strawberry  # noqa: E402
+from llmkit.devices import resolve_device  # noqa: E402
+from llmkit.files import atomic_write  # noqa: E402
+from llmkit.model.weights import TOKENIZER_FILE, load_model, model_folder  # noqa: E402
+from llmkit.paths import data_path  # noqa: E402
+from llmkit.tokens.tokenizer import Tokenizer  # noqa: E402
+from llmkit.training.config import FinetuneConfig  # noqa: E402
+from llmkit.training.finetune import finetune  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+# the full run is sized for about 30 minutes on two CPU cores with the shipped base model (README.md)
+FULL = {"steps": 2000, "batch_size": 32, "format_steps": 600, "format_batch_size": 16,
+        "real": 24, "invented": 24, "per_word": 2}
+QUICK = {"steps": 8, "batch_size": 4, "format_steps": 4, "format_batch_size": 4,
+         "real": 2, "invented": 2, "per_word": 1}
+TRAINING = ("steps", "batch_size", "format_steps", "format_batch_size")
+SPELLING_SHARE = 0.25  # of every format batch: "Spell X." conversations, so the skill is kept
+SPELLER_LR, FORMAT_LR = 1.5e-3, 1e-3
+
+
+def stage_config(name: str, base: str | Path, steps: int, batch_size: int, learning_rate: float,
+                 args: argparse.Namespace) -> FinetuneConfig:
+    """The fine-tuning settings of one stage (cosine schedule, a held-out loss four times per run)."""
+    return FinetuneConfig(base_model=str(base), out_dir=str(Path(args.work) / name), batch_size=batch_size,
+                          max_steps=steps, learning_rate=learning_rate, min_learning_rate=learning_rate / 10,
+                          warmup_steps=max(1, steps // 20), eval_every=max(1, steps // 4),
+                          checkpoint_every=max(1, steps // 4), heldout_examples=32, threads=args.threads,
+                          device=args.device, seed=1337, log_every=max(1, steps // 20))
+
+
+def train(cfg: FinetuneConfig, source, base_changed: bool) -> tuple[Path, float]:
+    """Run one stage; ``(model folder, seconds)``.
+
+    Skipped (0 seconds) when its model is there with the same settings and the model it starts
+    from did not change (``base_changed``); resumed from its checkpoint when one with the same
+    settings is there.
+    """
+    folder = Path(cfg.out_dir)
+    saved = folder / "sft_config.json"
+    same = saved.is_file() and json.loads(saved.read_text(encoding="utf-8")) == json.loads(json.dumps(cfg.to_dict()))
+    if same and not base_changed and (folder / "model" / "model.safetensors").is_file():
+        print(f"{folder.name}: done earlier with the same settings, not trained again", flush=True)
+        return folder / "model", 0.0
+    resume = same and not base_changed and (folder / "checkpoint").exists()
+    if not resume:  # a fresh start leaves nothing of an older run behind (no stale model to skip to later)
+        shutil.rmtree(folder, ignore_errors=True)
+    started = time.perf_counter()
+    finetune("sft", cfg, source, resume=resume)
+    return folder / "model", round(time.perf_counter() - started, 1)
+
+
+def score(model_dir: Path, fmt: str, questions: list[tuple[str, str | None]], device: str) -> tuple[list[dict], float]:
+    """Every question asked of the model in ``model_dir``, greedily; ``(rows, seconds)``."""
+    model, tokenizer = load_model(model_dir, device=resolve_device(device))
+    model.eval()
+    started = time.perf_counter()
+    with torch.no_grad():
+        rows = [strawberry.score_item(model, tokenizer, fmt, word, letter)
+                for word, letter in tqdm(questions, desc=f"scoring {fmt}", unit="question")]
+    return rows, round(time.perf_counter() - started, 1)
+
+
+def share(rows: list[dict], key: str) -> float:
+    return round(sum(r[key] for r in rows) / len(rows), 3)
+
+
+def summary(rows: dict[str, list[dict]], real: set[str], counts: list[int]) -> dict:
+    """The figures of results.json, from the scored rows of every format run so far."""
+    name = {"spell": "spelling_alone"}
+
+    def accuracies(keep) -> dict:
+        return {name.get(f, f): strawberry.accuracy([r for r in rs if keep(r)]) for f, rs in rows.items()}
+
+    out = {"n": len(counts), "most_common_answer_baseline": strawberry.most_common_answer_share(counts),
+           "heldout": accuracies(lambda r: True),
+           "heldout_real_words": accuracies(lambda r: r["word"] in real),
+           "heldout_invented_words": accuracies(lambda r: r["word"] not in real),
+           "mean_output_tokens": {name.get(f, f): round(sum(r["output_tokens"] for r in rs) / len(rs), 1)
+                                  for f, rs in rows.items()}}
+    for fmt, key, figure in (("spell", "letters_right", "spelling_letters_right"),
+                             ("spelled", "spelled_right", "spelled_the_word_right"),
+                             ("tool", "called_tool_right", "called_the_tool_right")):
+        if fmt in rows:
+            out[figure] = share(rows[fmt], key)
+    return out
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", default="base", help="the model to start from: 'base' or a model folder")
+    parser.add_argument("--steps", type=int, help=f"spelling-stage steps (default {FULL['steps']})")
+    parser.add_argument("--batch-size", type=int, help=f"spelling-stage batch (default {FULL['batch_size']})")
+    parser.add_argument("--format-steps", type=int, help=f"steps per format (default {FULL['format_steps']})")
+    parser.add_argument("--format-batch-size", type=int, help=f"format batch (default {FULL['format_batch_size']})")
+    parser.add_argument("--out", default=str(HERE / "results.json"), help="the results file (default: beside this)")
+    parser.add_argument("--work", default="runs/experiments/strawberry", help="where the stages' models go")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    parser.add_argument("--quick", action="store_true", help="a tiny run (about a minute): it works, measures nothing")
+    args = parser.parse_args(argv)
+    args.preset = QUICK if args.quick else FULL
+    for key in TRAINING:
+        if getattr(args, key) is None:
+            setattr(args, key, args.preset[key])
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = arguments(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tokenizer = Tokenizer.load(model_folder(args.base) / TOKENIZER_FILE)
+    words = strawberry.heldout_words(args.preset["real"], args.preset["invented"])
+    held_out = sorted(set(words["real"]) | set(words["invented"]))
+    sampler = spelling.WordSampler(tokenizer, spelling.token_contexts(tokenizer),
+                                   spelling.corpus_words(data_path("corpus", "train.txt")), set(held_out))
+    questions = strawberry.count_items(words["real"] + words["invented"], args.preset["per_word"])
+    counts = [strawberry.count_letters(word, letter) for word, letter in questions]
+    results = {"claim": "spelling succeeds, direct counting fails, spelled-out counting and the tool fix it",
+               "command": " ".join(["python data/experiments/strawberry/build.py", *(argv or sys.argv[1:])]),
+               "base": args.base, "vocabulary_coverage": round(spelling.coverage(tokenizer, sampler), 3),
+               "settings": {**args.preset, **{k: getattr(args, k) for k in TRAINING}, "spelling_share": SPELLING_SHARE,
+                            "learning_rates": {"speller": SPELLER_LR, "formats": FORMAT_LR}},
+               "heldout_words": words, "train_seconds": {}, "score_seconds": {}}
+    rows: dict[str, list[dict]] = {}
+
+    def save() -> None:
+        results.update(summary(rows, set(words["real"]), counts), items=rows)
+        atomic_write(args.out, json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+
+    cfg = stage_config("speller", args.base, args.steps, args.batch_size, SPELLER_LR, args)
+    speller, seconds = train(cfg, spelling.spelling_source(sampler, held_out), base_changed=False)
+    results["train_seconds"]["speller"] = seconds
+    rows["spell"], results["score_seconds"]["spell"] = score(speller, "spell", [(w, None) for w in held_out],
+                                                             args.device)
+    save()
+    for fmt in strawberry.COUNT_FORMATS:
+        cfg = stage_config(fmt, speller, args.format_steps, args.format_batch_size, FORMAT_LR, args)
+        source = strawberry.format_source(fmt, sampler, questions, SPELLING_SHARE)
+        model_dir, results["train_seconds"][fmt] = train(cfg, source, base_changed=seconds > 0)
+        rows[fmt], results["score_seconds"][fmt] = score(model_dir, fmt, questions, args.device)
+        save()
+        print(f"{fmt:>8}: {results['heldout'][fmt]} right, {results['mean_output_tokens'][fmt]} output tokens "
+              f"(spelling alone {results['heldout']['spelling_alone']})", flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    main()

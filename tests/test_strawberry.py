@@ -1,0 +1,147 @@
+"""The strawberry experiment from a speller (data/experiments/strawberry/build.py): its data and a quick run."""
+import importlib.util
+import json
+import random
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from llmkit.course import spelling, strawberry
+from llmkit.course.values import value_split
+from llmkit.model.weights import TOKENIZER_FILE, model_folder
+from llmkit.paths import data_path
+from llmkit.tokens.tokenizer import Tokenizer
+
+BUILD = Path(__file__).resolve().parent.parent / "data" / "experiments" / "strawberry" / "build.py"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.load(model_folder("base") / TOKENIZER_FILE)
+
+
+@pytest.fixture(scope="module")
+def heldout_words():
+    return strawberry.heldout_words()
+
+
+@pytest.fixture(scope="module")
+def sampler(tokenizer, heldout_words):
+    every = set(heldout_words["real"]) | set(heldout_words["invented"])
+    return spelling.WordSampler(tokenizer, spelling.token_contexts(tokenizer),
+                                spelling.corpus_words(data_path("corpus", "train.txt")), every)
+
+
+def texts(conversation) -> str:
+    """Every string a conversation shows the model (questions, answers, thinking, tool calls)."""
+    return json.dumps(conversation.messages, ensure_ascii=False)
+
+
+def test_spelling_data_covers_the_vocabulary(tokenizer, sampler):
+    spellable = spelling.spellable_tokens(tokenizer)
+    assert len(spellable) > 0.8 * (tokenizer.vocab_size - len(tokenizer.special_tokens))
+    assert spelling.coverage(tokenizer, sampler) >= 0.98
+    for token in random.Random(0).sample(sampler.context_tokens, 200):
+        for word in sampler.contexts[token]:  # each practice word really holds its token
+            assert token in spelling.word_tokens(tokenizer, word)
+    drawn = Counter(source for _, source in (sampler.draw(random.Random(i)) for i in range(400)))
+    assert set(drawn) == set(spelling.WORD_SOURCES)
+
+
+def test_a_spelling_conversation_spells_letter_by_letter(sampler):
+    batch = spelling.spelling_source(sampler, ["cranberry"])(20, "train", 3)
+    for conversation in batch:
+        word = conversation.expected.facts["word"]
+        assert conversation.messages[0]["content"] == f"Spell {word}."
+        assert conversation.messages[1]["content"].split(" ") == list(word)
+    held_out = spelling.spelling_source(sampler, ["cranberry"])(3, "heldout", 0)
+    assert {c.expected.facts["word"] for c in held_out} == {"cranberry"}
+
+
+def test_heldout_words_never_appear_in_training(sampler, heldout_words):
+    every = set(heldout_words["real"]) | set(heldout_words["invented"])
+    assert not set(heldout_words["real"]) & set(heldout_words["invented"])
+    assert len(heldout_words["real"]) == len(heldout_words["invented"]) == 24
+    assert strawberry.SHOWCASE in heldout_words["invented"]
+    pattern = re.compile(r"\b(" + "|".join(sorted(every)) + r")\b", re.IGNORECASE)
+    questions = strawberry.count_items(sorted(every))
+    conversations = spelling.spelling_source(sampler, sorted(every))(300, "train", 1)
+    for fmt in strawberry.COUNT_FORMATS:
+        conversations += strawberry.format_source(fmt, sampler, questions)(100, "train", 2)
+    leaks = [m.group(0) for c in conversations for m in [pattern.search(texts(c))] if m]
+    assert not leaks, f"held-out words in the training data: {leaks[:5]}"
+    invented_train = [sampler.draw(random.Random(i), "invented")[0] for i in range(200)]
+    assert {value_split(w) for w in invented_train} == {"train"}  # a different hash split from the test's
+
+
+def test_a_sampler_never_draws_an_excluded_word(tokenizer):
+    corpus = ["the", "and", "cranberry"]
+    sampler = spelling.WordSampler(tokenizer, spelling.token_contexts(tokenizer), corpus, {"The", "cranberry"})
+    assert {sampler.draw(random.Random(i), "corpus")[0] for i in range(50)} == {"and"}
+
+
+def test_formats_share_their_items(sampler, heldout_words):
+    questions = strawberry.count_items(heldout_words["real"])
+    batches = {fmt: strawberry.format_source(fmt, sampler, questions)(40, "train", 7)
+               for fmt in strawberry.COUNT_FORMATS}
+
+    def items(batch):
+        return [(c.expected.facts["word"], c.expected.facts.get("letter")) for c in batch]
+
+    assert items(batches["direct"]) == items(batches["spelled"]) == items(batches["tool"])
+    kinds = Counter(c.kind for c in batches["spelled"])
+    assert 0 < kinds["spell"] < 40  # a share of spelling practice, at the same places in every format
+    for conversation in batches["spelled"]:
+        if conversation.kind == "strawberry_spelled":
+            facts = conversation.expected.facts
+            thinking = conversation.messages[1]["content"][0]["thinking"]
+            assert strawberry.spelled_letters(thinking) == facts["word"] == facts["word"].lower()
+
+
+def test_balanced_letters_spread_the_counts():
+    rng = random.Random(0)
+    counts = Counter("mississippi".count(strawberry.balanced_letter(rng, "mississippi")) for _ in range(3000))
+    assert set(counts) == {0, 1, 2, 4}
+    for count in (1, 2, 4):  # uniform over the counts the word offers, 0 about one time in ten
+        assert 0.25 < counts[count] / 3000 < 0.36
+    assert 0.06 < counts[0] / 3000 < 0.14
+    questions = strawberry.count_items(["strawberry", "banana"], per_word=2)
+    assert len(questions) == 4 and len(set(questions)) == 4
+
+
+def test_scoring_helpers():
+    assert strawberry.answer_count("cranberry has 3 r's.") == 3
+    assert strawberry.answer_count("no idea") is None
+    assert strawberry.spelled_letters("c r(1) a n b e r(2) r(3) y") == "cranberry"
+    assert strawberry.most_common_answer_share([1, 1, 2, 0]) == 0.5
+
+
+def load_build():
+    spec = importlib.util.spec_from_file_location("strawberry_build", BUILD)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_quick_run_writes_the_results(tmp_path):
+    build = load_build()
+    out, work = tmp_path / "results.json", tmp_path / "work"
+    argv = ["--quick", "--out", str(out), "--work", str(work), "--threads", "1", "--device", "cpu"]
+    build.main(argv)
+    results = json.loads(out.read_text(encoding="utf-8"))
+    assert results["n"] == len(results["items"]["direct"]) > 0
+    assert set(results["heldout"]) == {"direct", "spelled", "tool", "spelling_alone"}
+    assert set(results["mean_output_tokens"]) == {"direct", "spelled", "tool", "spelling_alone"}
+    for value in [results["most_common_answer_baseline"], *results["heldout"].values()]:
+        assert 0.0 <= value <= 1.0
+    for fmt in strawberry.COUNT_FORMATS:
+        for row in results["items"][fmt]:
+            assert {"word", "letter", "count", "output", "output_tokens", "correct"} <= set(row)
+            assert row["count"] == strawberry.count_letters(row["word"], row["letter"])
+            assert row["output_tokens"] > 0
+    build.main(argv)  # again: every stage's model is there with the same settings, nothing is retrained
+    again = json.loads(out.read_text(encoding="utf-8"))
+    assert set(again["train_seconds"].values()) == {0.0}
+    assert again["heldout"] == results["heldout"]  # greedy scoring of the same models
