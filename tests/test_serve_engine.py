@@ -14,7 +14,7 @@ from llmkit.model.fast import FastModel
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import DATA_DIR
 from llmkit.serve.engine import Engine, NotServable, Overloaded, RequestTooLarge, pick_tokens
-from llmkit.serve.paged import BlockPool, block_bytes, paged_forward
+from llmkit.serve.paged import BlockPool, Reads, block_bytes, paged_forward
 from llmkit.serve.sequence import RequestContext, Sequence
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -61,15 +61,71 @@ def test_paged_forward_equals_the_model_in_blocks_prefill_and_decode(family):
     model = sharp_model(family)
     pool = BlockPool(model.config, 16, block_size=4)
     ids = torch.randint(0, 300, (1, 11), generator=torch.Generator().manual_seed(2))
-    table = torch.tensor([[5, 2, 9]])  # blocks anywhere in the pool, in table order
+    table = [5, 2, 9]  # blocks anywhere in the pool, in table order
     with torch.inference_mode():
         expected = model(ids)[0]
-        prefill = paged_forward(FastModel(model), pool, ids[:, :7], torch.arange(7)[None], table)
+        prefill = paged_forward(FastModel(model), pool, Reads.of([(ids[0, :7].tolist(), 0, table)], 4))
         torch.testing.assert_close(prefill[0], expected[6], atol=1e-4, rtol=1e-4)
         for position in range(7, 11):
-            step = paged_forward(FastModel(model), pool, ids[:, position:position + 1],
-                                 torch.tensor([[position]]), table)
+            step = paged_forward(FastModel(model), pool, Reads.of([([int(ids[0, position])], position, table)], 4))
             torch.testing.assert_close(step[0], expected[position], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_one_pass_can_mix_decode_rows_with_prompts_of_any_length(family):
+    """A decoding row, a whole prompt and a prompt after cached blocks, read in one pass, each give
+    the logits the model gives that sequence alone."""
+    model = sharp_model(family)
+    pool = BlockPool(model.config, 32, block_size=4)
+    generator = torch.Generator().manual_seed(3)
+    texts = [torch.randint(0, 300, (n,), generator=generator).tolist() for n in (9, 6, 13)]
+    tables = [[0, 1, 2], [7, 3], [4, 5, 6, 8]]
+    fast = FastModel(model)
+    with torch.inference_mode():
+        expected = [model(torch.tensor([text]))[0, -1] for text in texts]
+        # beforehand: row 0 has all but its last token in its blocks, row 2 its first two blocks
+        paged_forward(fast, pool, Reads.of([(texts[0][:8], 0, tables[0]), (texts[2][:8], 0, tables[2])], 4))
+        reads = Reads.of([(texts[0][8:], 8, tables[0]), (texts[1], 0, tables[1]), (texts[2][8:], 8, tables[2])], 4)
+        logits = paged_forward(fast, pool, reads)
+    for row, want in enumerate(expected):
+        torch.testing.assert_close(logits[row], want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_row_that_reads_nothing_is_refused():
+    with pytest.raises(ValueError, match="reads no token"):
+        Reads.of([([1], 0, [0]), ([], 3, [1])], 4)
+
+
+class GatedEngine(Engine):
+    """An engine that takes no request until ``gate`` is set, and records what each pass reads."""
+
+    def __init__(self, *args, **kwargs):
+        self.gate, self.reads = threading.Event(), []
+        super().__init__(*args, **kwargs)
+
+    def _take_inbox(self, wait: bool) -> None:
+        self.gate.wait()
+        super()._take_inbox(wait)
+
+    def _step(self, batch: list[Sequence]) -> None:
+        self.reads.append([len(sequence.unread()) for sequence in batch])
+        super()._step(batch)
+
+
+def test_prompts_admitted_together_are_read_in_one_pass_then_one_token_per_row_per_pass():
+    model = sharp_model("llama")
+    batch = prompts(8, 300)
+    reference = [generate(model, p, max_new_tokens=6).tokens for p in batch]
+    engine = GatedEngine(model, max_batch=8, kv_cache_mb=1, block_size=4)
+    try:
+        streams = [engine.stream(model, p, max_new_tokens=6) for p in batch]  # all queued before the gate opens
+        engine.gate.set()
+        replies = [[e.token for e in stream if e.type == "token"] for stream in streams]
+    finally:
+        engine.gate.set()
+        engine.close()
+    assert replies == reference
+    assert engine.reads == [[len(p) for p in batch]] + [[1] * 8] * 5  # six passes for six tokens each
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

@@ -39,8 +39,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-waiting", type=int, default=64, help="requests that may wait; more get 529 (default: 64)")
     p.add_argument("--kv-cache-mb", type=float, default=64.0, help="the KV block pool in MiB (default: 64)")
     p.add_argument("--request-timeout", type=float, default=300.0, help="seconds one request may run (default: 300)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads for prefills (default: torch's choice); "
-                   "decode steps run on one, leaving the rest to the request threads")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads for passes that read a long "
+                   "prompt (default: torch's choice); decode steps run on one, leaving the rest to the request threads")
     p.add_argument("--device", default=None, help="cpu, cuda or mps (default: cpu)")
     return p
 

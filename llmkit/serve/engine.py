@@ -5,9 +5,11 @@ read once either way), so a server that runs requests one after another wastes m
 The engine keeps a *running batch*. Each loop it
 
 1. admits waiting requests while the batch has room and the KV pool (``llmkit.serve.paged``) can
-   promise them every block they may need: their prompt is prefilled (reusing cached prompt
-   blocks), their first token chosen, and from the next step on they decode with the others;
-2. runs one decode step for the whole batch, one new token per request;
+   promise them every block they may need (cached prompt blocks are reused);
+2. runs one forward pass for the whole batch, in which every request reads the tokens it has not
+   read yet: a request admitted since the last step its prompt, the others their newest token.
+   So a new request's prefill rides along with everyone's decode step, and each request gets
+   one new token;
 3. lets every request that stopped leave at once, its blocks back in the pool, so a long reply
    never holds up a short one (Orca, Yu et al. 2022; vLLM, Kwon et al. 2023).
 
@@ -35,10 +37,11 @@ from llmkit.generation.results import StopEvent, TokenEvent
 from llmkit.generation.sampling import SamplingParams, sample_batch
 from llmkit.model.fast import fast_path, why_not_fast
 from llmkit.model.transformer import Transformer
-from llmkit.serve.paged import BlockPool, paged_forward
+from llmkit.serve.paged import BlockPool, Reads, paged_forward
 from llmkit.serve.sequence import Cancelled, RequestContext, RequestTimeout, Sequence
 
 IDLE_WAIT_S = 0.05  # how long an idle engine sleeps on its inbox before looking for cancellations
+PARALLEL_TOKENS = 64  # a pass that reads this many tokens (a long prompt) is worth splitting over cores
 
 
 class Overloaded(RuntimeError):
@@ -179,8 +182,7 @@ class Engine:
                 self._drop_cancelled()
                 self._admit()
                 if self.running:
-                    with intra_op_threads(self.decode_threads):
-                        self._guarded(self.running, self._decode_step)
+                    self._guarded(self.running, self._step)
 
     def _take_inbox(self, wait: bool) -> None:
         try:
@@ -223,36 +225,29 @@ class Engine:
             sequence.table, sequence.length = cached, len(cached) * pool.block_size
             sequence.cache_read = sequence.length
             self.running.append(sequence)
-            self._guarded([sequence], self._prefill)
+            self._counts["requests"] += 1
+            self._counts["prompt_tokens"] += len(sequence.prompt)
+            self._counts["cache_read_tokens"] += sequence.cache_read
+            self._counts["cache_hits"] += sequence.cache_read > 0
 
-    def _prefill(self, sequences: list[Sequence]) -> None:
-        (sequence,) = sequences
-        pool, prompt, device = self.pool, sequence.prompt, self.model.device
-        while len(sequence.table) < pool.blocks_for(len(prompt)):
-            sequence.table.append(pool.allocate())
-        ids = torch.tensor([prompt[sequence.length:]], device=device)
-        positions = torch.arange(sequence.length, len(prompt), device=device).unsqueeze(0)
-        logits = paged_forward(self.fast, pool, ids, positions, torch.tensor([sequence.table], device=device))
-        sequence.length = len(prompt)
-        sequence.context.cache_write_tokens += pool.name(sequence.table, prompt) * pool.block_size
-        self._counts["requests"] += 1
-        self._counts["prompt_tokens"] += len(prompt)
-        self._counts["cache_read_tokens"] += sequence.cache_read
-        self._counts["cache_hits"] += sequence.cache_read > 0
-        self._choose([sequence], logits)
-
-    def _decode_step(self, batch: list[Sequence]) -> None:
-        pool, device = self.pool, self.model.device
+    def _step(self, batch: list[Sequence]) -> None:
+        """One forward pass in which each sequence reads what it has not read yet (``Sequence.unread``),
+        then one new token for each. A prompt read here is named, so later prompts find its blocks."""
+        pool = self.pool
+        rows = []
         for sequence in batch:
-            if sequence.length == len(sequence.table) * pool.block_size:
+            new = sequence.unread()
+            while len(sequence.table) < pool.blocks_for(sequence.length + len(new)):
                 sequence.table.append(pool.allocate())  # promised at admission, so never short
-        width = max(len(s.table) for s in batch)
-        tables = torch.tensor([s.table + [s.table[0]] * (width - len(s.table)) for s in batch], device=device)
-        ids = torch.tensor([[s.tokens[-1]] for s in batch], device=device)
-        positions = torch.tensor([[s.length] for s in batch], device=device)
-        logits = paged_forward(self.fast, pool, ids, positions, tables)
-        for sequence in batch:
-            sequence.length += 1
+            rows.append((new, sequence.length, sequence.table))
+        reads = Reads.of(rows, pool.block_size, self.model.device)
+        threads = self.decode_threads if len(reads.ids) < PARALLEL_TOKENS else None
+        with intra_op_threads(threads):
+            logits = paged_forward(self.fast, pool, reads)
+        for sequence, (new, _, _) in zip(batch, rows):
+            sequence.length += len(new)
+            if sequence.length == len(sequence.prompt):  # it has just read its prompt
+                sequence.context.cache_write_tokens += pool.name(sequence.table, sequence.prompt) * pool.block_size
         self._choose(list(batch), logits)
 
     def _choose(self, batch: list[Sequence], logits: torch.Tensor) -> None:
@@ -346,7 +341,8 @@ def intra_op_threads(threads: int | None) -> Iterator[None]:
     A decode step multiplies a few rows by small matrices: split over two cores, each matmul
     waits at a fork-join barrier for a core that a stream thread may be using, which on a small
     machine cost more than the split saved (measured: benchmarks/serve.py). One thread leaves the
-    other cores to the request threads; prefills, long enough to split well, keep torch's setting."""
+    other cores to the request threads; a pass that reads a long prompt (``PARALLEL_TOKENS``)
+    splits well, and keeps torch's setting."""
     before = torch.get_num_threads()
     if threads is None or threads == before:
         yield

@@ -12,13 +12,15 @@ depends on all the tokens before it), so two requests whose prompts start alike 
 same blocks. A block no sequence holds any more stays in the pool with its name, and is reused
 (evicted) only when a fresh block is needed, least recently used first.
 
-``paged_forward`` is ``Transformer.forward`` over this layout, for several sequences at once:
-each row's new keys and values are written into its blocks, then each row's queries attend to
-the keys gathered from its own block table, with a mask that hides positions it does not own.
+``paged_forward`` is ``Transformer.forward`` over this layout, for several sequences at once,
+each reading as many new tokens as it has (``Reads``): each row's new keys and values are written
+into its blocks, then each row's queries attend to the keys gathered from its own block table,
+with a mask that hides positions it does not own.
 """
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -145,42 +147,81 @@ def block_bytes(config, block_size: int, dtype: torch.dtype = torch.float32) -> 
 
 # --- the forward pass over block tables ------------------------------------------------------
 
-def paged_forward(fast: FastModel, pool: BlockPool, ids: torch.Tensor, positions: torch.Tensor,
-                  tables: torch.Tensor) -> torch.Tensor:
-    """Next-token logits (rows, vocab) after the last of each row's new tokens.
+@dataclass
+class Reads:
+    """What one forward pass reads: each row's new tokens, rows laid end to end.
 
-    ids, positions: (rows, new tokens): the tokens to read and where they sit in their sequence.
-    tables: (rows, blocks) block tables, padded with any block id (the mask hides padding).
-    Every row's earlier positions must already be in its blocks.
+    Rows read different numbers of tokens: a request admitted since the last step reads its prompt
+    (past any cached blocks), a decoding one its newest token. The matmuls, most of the work, take
+    the tokens as one long list, so a prompt rides along with the decode rows in one pass instead
+    of stopping the batch for a pass of its own (Sarathi, Agrawal et al. 2023). Only attention
+    needs rows, so ``padded`` lays the tokens out as (rows, width), padding a short row with
+    copies of its last token (their outputs are dropped), and ``packed`` lays them back.
     """
-    x = fast.embed(ids)
+
+    ids: torch.Tensor  # (tokens,)
+    positions: torch.Tensor  # (tokens,) each token's position in its sequence
+    slots: tuple[torch.Tensor, torch.Tensor]  # (block, offset) of each token's key and value
+    tables: torch.Tensor  # (rows, blocks), padded with the row's first block (the mask hides it)
+    padded: torch.Tensor  # (rows, width): the token at each place of a row
+    packed: torch.Tensor  # (tokens,): each token's place in the (rows x width) layout
+    last: torch.Tensor  # (rows,): each row's last token, whose logits choose its next one
+
+    @classmethod
+    def of(cls, rows: list[tuple[list[int], int, list[int]]], block_size: int, device=None) -> Reads:
+        """From (new tokens, position of the first, block table) per row; the table must already
+        hold a block for every new position."""
+        width, n_blocks = max(len(new) for new, _, _ in rows), max(len(table) for _, _, table in rows)
+        ids, positions, blocks, padded, packed, last = [], [], [], [], [], []
+        for row, (new, start, table) in enumerate(rows):
+            if not new:
+                raise ValueError(f"row {row} reads no token; every row of a pass reads at least one")
+            first = len(ids)
+            ids += new
+            positions += range(start, start + len(new))
+            blocks += [table[p // block_size] for p in range(start, start + len(new))]
+            padded.append([first + min(place, len(new) - 1) for place in range(width)])
+            packed += range(row * width, row * width + len(new))
+            last.append(len(ids) - 1)
+        tables = [table + table[:1] * (n_blocks - len(table)) for _, _, table in rows]
+        positions_t = torch.tensor(positions, device=device)
+        return cls(torch.tensor(ids, device=device), positions_t,
+                   (torch.tensor(blocks, device=device), positions_t % block_size),
+                   torch.tensor(tables, device=device), torch.tensor(padded, device=device),
+                   torch.tensor(packed, device=device), torch.tensor(last, device=device))
+
+
+def paged_forward(fast: FastModel, pool: BlockPool, reads: Reads) -> torch.Tensor:
+    """Next-token logits (rows, vocab) after the last of each row's new tokens. Every row's earlier
+    positions must already be in its blocks; the new ones are written there on the way."""
+    x = fast.embed(reads.ids).unsqueeze(0)  # (1, tokens, width): the tokens as one long row
     if fast.pos_embed is not None:
-        x = x + fast.pos_embed[positions]
+        x = x + fast.pos_embed[reads.positions]
     rope = None
-    if fast.rope is not None:  # one angle per (row, position), shared by every head
-        rope = (fast.rope[0][positions].unsqueeze(1), fast.rope[1][positions].unsqueeze(1))
-    blocks = tables.gather(1, positions // pool.block_size)  # where each new token's key goes
-    offsets = positions % pool.block_size
-    visible = torch.arange(tables.size(1) * pool.block_size, device=ids.device)
-    mask = (visible <= positions.unsqueeze(-1)).unsqueeze(1)  # (rows, 1, new, keys): causal, own blocks only
+    if fast.rope is not None:  # one angle per token, shared by every head
+        rope = (fast.rope[0][reads.positions], fast.rope[1][reads.positions])
+    visible = torch.arange(reads.tables.size(1) * pool.block_size, device=x.device)
+    # (rows, 1, width, keys): a token sees its own row's positions up to its own, nothing else
+    mask = (visible <= reads.positions[reads.padded].unsqueeze(-1)).unsqueeze(1)
     for layer, block in enumerate(fast.blocks):
-        x = paged_block(block, pool, layer, x, rope, (blocks, offsets), tables, mask)
-    return F.linear(fast.norm(x[:, -1]), fast.head)
+        x = paged_block(block, pool, layer, x, rope, reads, mask)
+    return F.linear(fast.norm(x[0, reads.last]), fast.head)
 
 
-def paged_block(block: FastBlock, pool: BlockPool, layer: int, x: torch.Tensor, rope, slots, tables: torch.Tensor,
+def paged_block(block: FastBlock, pool: BlockPool, layer: int, x: torch.Tensor, rope, reads: Reads,
                 mask: torch.Tensor) -> torch.Tensor:
     """One layer of ``paged_forward``: ``FastBlock.__call__`` with the cache in blocks."""
-    rows, time, _ = x.shape
-    heads = F.linear(block.attn_norm(x), *block.qkv).view(rows, time, -1, block.head_dim).transpose(1, 2)
-    q, k, v = block.rotate(heads, rope)  # (rows, heads, new, head_dim) each
-    blocks, offsets = slots
-    pool.keys[layer][blocks, offsets] = k.transpose(1, 2)  # (rows, new, heads, head_dim) into place
-    pool.values[layer][blocks, offsets] = v.transpose(1, 2)
-    keys, values = gather(pool.keys[layer], tables), gather(pool.values[layer], tables)
+    tokens = x.size(1)
+    heads = F.linear(block.attn_norm(x), *block.qkv).view(1, tokens, -1, block.head_dim).transpose(1, 2)
+    q, k, v = block.rotate(heads, rope)  # (1, heads, tokens, head_dim) each
+    pool.keys[layer][reads.slots] = k[0].transpose(0, 1)  # (tokens, heads, head_dim) into place
+    pool.values[layer][reads.slots] = v[0].transpose(0, 1)
+    keys, values = gather(pool.keys[layer], reads.tables), gather(pool.values[layer], reads.tables)
+    rows, width = reads.padded.shape
+    q = q[0][:, reads.padded.flatten()].view(q.size(1), rows, width, -1).transpose(0, 1)  # (rows, heads, width, hd)
     n_q, n_kv, _ = block.heads
     y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=n_q != n_kv)
-    y = y.transpose(1, 2).reshape(rows, time, -1)
+    y = y.transpose(1, 2).reshape(rows * width, -1)[reads.packed].unsqueeze(0)  # back to (1, tokens, all heads)
     return block.feed_forward(x + F.linear(y, *block.out))
 
 

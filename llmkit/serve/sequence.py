@@ -67,6 +67,13 @@ class Sequence:
         """Positions it may ever write: the prompt and every new token but the last (never fed back)."""
         return len(self.prompt) + self.steps - 1
 
+    def unread(self) -> list[int]:
+        """The tokens whose keys and values are not in the blocks yet: before its first step the
+        prompt (past the cached blocks), then the token chosen last."""
+        if self.length < len(self.prompt):
+            return self.prompt[self.length:]
+        return self.tokens[self.length - len(self.prompt):]
+
     @property
     def plain_greedy(self) -> bool:
         """Greedy with nothing masked: its token is the row's argmax, so rows like it are chosen
