@@ -141,6 +141,10 @@ def test_a_quick_run_writes_the_results(tmp_path):
             assert {"word", "letter", "count", "output", "output_tokens", "correct"} <= set(row)
             assert row["count"] == strawberry.count_letters(row["word"], row["letter"])
             assert row["output_tokens"] > 0
+    for stage in ("speller", *strawberry.COUNT_FORMATS):  # the probe's curve: one point per held-out report
+        steps = [point["step"] for point in results["curves"][stage]]
+        assert steps[0] == 0 and steps == sorted(steps) and len(steps) >= 3
+        assert all(0.0 <= point["accuracy"] <= 1.0 for point in results["curves"][stage])
     build.main(argv)  # again: every stage's model is there with the same settings, nothing is retrained
     again = json.loads(out.read_text(encoding="utf-8"))
     assert set(again["train_seconds"].values()) == {0.0}

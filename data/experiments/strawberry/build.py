@@ -55,6 +55,7 @@ QUICK = {"steps": 8, "batch_size": 4, "format_steps": 4, "format_batch_size": 4,
 TRAINING = ("steps", "batch_size", "format_steps", "format_batch_size")
 SPELLING_SHARE = 0.25  # of every format batch: "Spell X." conversations, so the skill is kept
 SPELLER_LR, FORMAT_LR = 1.5e-3, 1e-3
+PROBE_EVERY = 4  # the probe asks every 4th held-out word (every 8th question) at each held-out report
 
 
 def stage_config(name: str, base: str | Path, steps: int, batch_size: int, learning_rate: float,
@@ -67,7 +68,23 @@ def stage_config(name: str, base: str | Path, steps: int, batch_size: int, learn
                           device=args.device, seed=1337, log_every=max(1, steps // 20))
 
 
-def train(cfg: FinetuneConfig, source, base_changed: bool) -> tuple[Path, float]:
+def probe(fmt: str, questions: list[tuple[str, str | None]], tokenizer):
+    """A few held-out questions asked greedily at every held-out report of a stage: the log's
+    ``probe`` shows *when* the skill appears (a loss falls long before it does)."""
+    def measure(model) -> dict:
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            rows = [strawberry.score_item(model, tokenizer, fmt, word, letter) for word, letter in questions]
+        model.train(was_training)
+        figures = {"accuracy": strawberry.accuracy(rows), "questions": len(rows)}
+        if fmt == "spell":
+            figures["letters_right"] = share(rows, "letters_right")
+        return figures
+    return measure
+
+
+def train(cfg: FinetuneConfig, source, base_changed: bool, measure=None) -> tuple[Path, float]:
     """Run one stage; ``(model folder, seconds)``.
 
     Skipped (0 seconds) when its model is there with the same settings and the model it starts
@@ -84,7 +101,7 @@ def train(cfg: FinetuneConfig, source, base_changed: bool) -> tuple[Path, float]
     if not resume:  # a fresh start leaves nothing of an older run behind (no stale model to skip to later)
         shutil.rmtree(folder, ignore_errors=True)
     started = time.perf_counter()
-    finetune("sft", cfg, source, resume=resume)
+    finetune("sft", cfg, source, resume=resume, probe=measure)
     return folder / "model", round(time.perf_counter() - started, 1)
 
 
@@ -121,6 +138,16 @@ def summary(rows: dict[str, list[dict]], real: set[str], counts: list[int]) -> d
                              ("tool", "called_tool_right", "called_the_tool_right")):
         if fmt in rows:
             out[figure] = share(rows[fmt], key)
+    return out
+
+
+def curves(work: Path, rows: dict) -> dict:
+    """Each stage's probe figures at every held-out report, ``{stage: [{"step": ..., "accuracy": ...}, ...]}``."""
+    out = {}
+    for stage in ("speller", *[f for f in strawberry.COUNT_FORMATS if f in rows]):
+        log = work / stage / "train_log.jsonl"
+        records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.is_file() else []
+        out[stage] = [{"step": r["step"], **r["probe"]} for r in records if r.get("kind") == "eval" and "probe" in r]
     return out
 
 
@@ -164,11 +191,12 @@ def main(argv: list[str] | None = None) -> dict:
     rows: dict[str, list[dict]] = {}
 
     def save() -> None:
-        results.update(summary(rows, set(words["real"]), counts), items=rows)
+        results.update(summary(rows, set(words["real"]), counts), curves=curves(Path(args.work), rows), items=rows)
         atomic_write(args.out, json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
     cfg = stage_config("speller", args.base, args.steps, args.batch_size, SPELLER_LR, args)
-    speller, seconds = train(cfg, spelling.spelling_source(sampler, held_out), base_changed=False)
+    speller, seconds = train(cfg, spelling.spelling_source(sampler, held_out), base_changed=False,
+                             measure=probe("spell", [(w, None) for w in held_out[::PROBE_EVERY]], tokenizer))
     results["train_seconds"]["speller"] = seconds
     rows["spell"], results["score_seconds"]["spell"] = score(speller, "spell", [(w, None) for w in held_out],
                                                              args.device)
@@ -176,7 +204,8 @@ def main(argv: list[str] | None = None) -> dict:
     for fmt in strawberry.COUNT_FORMATS:
         cfg = stage_config(fmt, speller, args.format_steps, args.format_batch_size, FORMAT_LR, args)
         source = strawberry.format_source(fmt, sampler, questions, SPELLING_SHARE)
-        model_dir, results["train_seconds"][fmt] = train(cfg, source, base_changed=seconds > 0)
+        model_dir, results["train_seconds"][fmt] = train(cfg, source, base_changed=seconds > 0,
+                                                         measure=probe(fmt, questions[::PROBE_EVERY * 2], tokenizer))
         rows[fmt], results["score_seconds"][fmt] = score(model_dir, fmt, questions, args.device)
         save()
         print(f"{fmt:>8}: {results['heldout'][fmt]} right, {results['mean_output_tokens'][fmt]} output tokens "
