@@ -17,7 +17,7 @@ A claim about models that can spell needs a model that can. So, from the base mo
    the true counts are spread (``balanced_letter``): accuracy and mean output tokens.
 
     python data/experiments/strawberry/build.py                       # the full run (see README.md)
-    python data/experiments/strawberry/build.py --quick --out /tmp/s.json   # about a minute
+    python data/experiments/strawberry/build.py --quick   # about a minute; runs/experiments/strawberry_quick/
 
 A stage whose model folder exists with the same settings is not trained again; an interrupted
 one resumes from its last checkpoint (``--work``, default ``runs/experiments/strawberry``).
@@ -158,13 +158,17 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, help=f"spelling-stage batch (default {FULL['batch_size']})")
     parser.add_argument("--format-steps", type=int, help=f"steps per format (default {FULL['format_steps']})")
     parser.add_argument("--format-batch-size", type=int, help=f"format batch (default {FULL['format_batch_size']})")
-    parser.add_argument("--out", default=str(HERE / "results.json"), help="the results file (default: beside this)")
-    parser.add_argument("--work", default="runs/experiments/strawberry", help="where the stages' models go")
+    parser.add_argument("--out", help="the results file (default: results.json beside this script; with --quick, "
+                        "in the --work folder, so a quick run never overwrites the measured results)")
+    parser.add_argument("--work", help="where the stages' models go (default runs/experiments/strawberry, "
+                        "or runs/experiments/strawberry_quick with --quick)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     parser.add_argument("--quick", action="store_true", help="a tiny run (about a minute): it works, measures nothing")
     args = parser.parse_args(argv)
     args.preset = QUICK if args.quick else FULL
+    args.work = args.work or str(REPO / "runs" / "experiments" / ("strawberry_quick" if args.quick else "strawberry"))
+    args.out = args.out or (str(Path(args.work) / "results.json") if args.quick else str(HERE / "results.json"))
     for key in TRAINING:
         if getattr(args, key) is None:
             setattr(args, key, args.preset[key])
