@@ -5,9 +5,9 @@ Save, load and import weights through ``llmkit.model.weights`` (``save``, ``load
 ``load_model``); the model class itself knows nothing of files."""
 from llmkit.model.config import CostEstimate, ModelConfig, count_params, estimate_cost
 from llmkit.model.fast import FastModel, fast_path, why_not_fast
-from llmkit.model.inspect import Activations, capture
+from llmkit.model.inspect import Ablation, Activations, ablate, ablation_effects, capture, mlp_neurons
 from llmkit.model.kvcache import KVCache
 from llmkit.model.transformer import Transformer
 
-__all__ = ["Activations", "CostEstimate", "FastModel", "KVCache", "ModelConfig", "Transformer", "capture",
-           "count_params", "estimate_cost", "fast_path", "why_not_fast"]
+__all__ = ["Ablation", "Activations", "CostEstimate", "FastModel", "KVCache", "ModelConfig", "Transformer", "ablate",
+           "ablation_effects", "capture", "count_params", "estimate_cost", "fast_path", "mlp_neurons", "why_not_fast"]

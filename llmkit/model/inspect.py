@@ -1,4 +1,5 @@
-"""Looking inside one forward pass: attention patterns, the residual stream, the logit lens.
+"""Looking inside one forward pass: attention patterns, the residual stream, the logit lens,
+and what each part is worth (ablation).
 
     with capture(model) as trace:
         model(ids)
@@ -6,16 +7,21 @@
     trace.residual[2]      # the residual stream after block 2, (batch, time, d_model)
     trace.logit_lens()     # what each layer "would predict" if the model stopped there
 
-Nothing in the model is edited: ``capture`` registers PyTorch forward hooks and removes them on
-exit. Outside ``capture`` there are no hooks, so inspecting costs nothing when unused. Inside, each
+    with ablate(model, mlp=[1]):
+        model(ids)         # as if layer 1's feed-forward part added nothing to the residual stream
+    ablation_effects(model, score)   # the score with each layer's attention, then MLP, removed
+    mlp_neurons(model, ids, layer=0) # each feed-forward neuron's output at every position
+
+Nothing in the model is edited: ``capture`` and ``ablate`` register PyTorch forward hooks and
+remove them on exit. Outside ``capture`` there are no hooks, so inspecting costs nothing when unused. Inside, each
 attention layer runs its explicit form (the fast kernel never materialises the pattern), and
 ``generate`` runs the modules rather than its fast decode path, so the hooks see every step.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
 
@@ -74,3 +80,89 @@ def capture(model: Transformer) -> Iterator[Activations]:
             handle.remove()
         for block, explicit in zip(model.blocks, was_explicit):
             block.attn.explicit = explicit
+
+
+# --- ablation: remove one part and measure what it was worth ----------------------------------------
+
+@contextmanager
+def ablate(model: Transformer, attention: Iterable[int] = (), mlp: Iterable[int] = ()) -> Iterator[None]:
+    """Inside the block, the listed layers' attention and/or MLP add zero to the residual stream.
+
+    Each block computes ``x = x + attention(norm(x))`` then ``x = x + mlp(norm(x))``; a forward hook
+    replaces the part's output with zeros, so the stream passes that part unchanged. The weights
+    are not touched and the hooks are removed on exit, even after an error.
+    """
+    parts = {"attention": sorted(set(attention)), "mlp": sorted(set(mlp))}
+    n_layers = len(model.blocks)
+    for name, layers in parts.items():
+        wrong = [i for i in layers if not 0 <= i < n_layers]
+        if wrong:
+            raise ValueError(f"{name} layers {wrong} do not exist: the model has layers 0 .. {n_layers - 1}")
+    modules = [model.blocks[i].attn for i in parts["attention"]] + [model.blocks[i].mlp for i in parts["mlp"]]
+    handles = [module.register_forward_hook(_output_zeros) for module in modules]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _output_zeros(_module, _inputs, output: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(output)  # a forward hook that returns a value replaces the output
+
+
+@dataclass
+class Ablation:
+    """A score (such as held-out loss) of the whole model, and with each part removed in turn."""
+
+    baseline: float
+    attention: list[float]  # the score with layer i's attention removed
+    mlp: list[float]  # the score with layer i's MLP removed
+
+    def increase(self, part: str) -> list[float]:
+        """How much removing each layer's ``part`` ("attention" or "mlp") raised the score."""
+        if part not in ("attention", "mlp"):
+            raise ValueError(f'part must be "attention" or "mlp", got {part!r}')
+        return [score - self.baseline for score in getattr(self, part)]
+
+
+def ablation_effects(model: Transformer, score: Callable[[Transformer], float]) -> Ablation:
+    """``score(model)`` as it is, then with each layer's attention and each layer's MLP ablated alone.
+
+    ``score`` is any number where higher is worse, usually the loss on held-out text: the rise when
+    a part is removed is how much the model relies on it (one part at a time; parts also work
+    together, which removing two at once would show).
+    """
+    layers = range(len(model.blocks))
+    with torch.no_grad():
+        baseline = score(model)
+        attention = [_score_without(model, score, attention=[i]) for i in layers]
+        mlp = [_score_without(model, score, mlp=[i]) for i in layers]
+    return Ablation(baseline, attention, mlp)
+
+
+def _score_without(model: Transformer, score: Callable[[Transformer], float], **parts: list[int]) -> float:
+    with ablate(model, **parts):
+        return score(model)
+
+
+# --- neurons: the feed-forward part's hidden units ---------------------------------------------------
+
+def mlp_neurons(model: Transformer, ids: torch.Tensor, layer: int) -> torch.Tensor:
+    """How strongly each hidden unit ("neuron") of ``layer``'s MLP fires at every position of ``ids``.
+
+    These are the values the MLP's last matrix (``down``) reads, shape (batch, time, d_ff): after
+    the non-linearity (GELU, or SwiGLU's gate times its second projection). Neuron ``n``'s output
+    adds ``value * down.weight[:, n]`` to the residual stream, so a large value is a loud neuron.
+    """
+    n_layers = len(model.blocks)
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer {layer} does not exist: the model has layers 0 .. {n_layers - 1}")
+    seen: list[torch.Tensor] = []
+    handle = model.blocks[layer].mlp.down.register_forward_pre_hook(lambda _module, inputs: seen.append(inputs[0]))
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        handle.remove()
+    return seen[0].detach()

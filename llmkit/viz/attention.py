@@ -1,4 +1,4 @@
-"""Notebook 03's pictures: attention patterns, the residual stream, the logit lens, the next token.
+"""Notebook 03's pictures: attention patterns, the residual stream, ablation, the logit lens, the next token.
 
 ``look_inside`` runs one sentence through the model under ``llmkit.model.inspect.capture`` and keeps
 everything the pictures need; the plot functions draw it (titled, axes labelled) and
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from llmkit.model.inspect import capture
+from llmkit.model.inspect import Ablation, capture
 from llmkit.model.transformer import Transformer
 from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.viz.first_taste import show_piece
@@ -223,6 +223,46 @@ def plot_residual_norms(residual: torch.Tensor, labels: Sequence[str]):
     lines.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_ablation(effects: Ablation, score_name: str = "held-out loss (nats per token)"):
+    """Side-by-side bars per layer: how much the score rises when that layer's attention, or its
+    MLP, stops adding to the residual stream. A tall bar is a part the model cannot do without."""
+    import matplotlib.pyplot as plt
+
+    layers = np.arange(len(effects.attention))
+    fig, ax = plt.subplots(figsize=(1.1 * len(layers) + 3.5, 3.8))
+    for offset, part, label, colour in ((-0.2, "attention", "attention removed", "tab:blue"),
+                                        (0.2, "mlp", "MLP (feed-forward) removed", "tab:orange")):
+        rises = effects.increase(part)
+        bars = ax.bar(layers + offset, rises, width=0.4, label=label, color=colour)
+        ax.bar_label(bars, [f"{rise:+.2f}" for rise in rises], fontsize=8, padding=2)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(layers, [f"layer {i}" for i in layers])
+    ax.set_xlabel("the layer whose part is removed (one at a time)")
+    ax.set_ylabel(f"rise in {score_name.split(' (')[0]}")
+    ax.set_title(f"What each part is worth: {score_name} {effects.baseline:.2f} with every part")
+    ax.margins(y=0.15)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def neuron_contexts_text(tokenizer: Tokenizer, ids: torch.Tensor, activations: torch.Tensor, neuron: int,
+                         k: int = 8, context: int = 8) -> str:
+    """The ``k`` positions where ``neuron`` fires most, each with the ``context`` tokens before it.
+
+    ``ids`` (batch, time) is the text that was run, ``activations`` (batch, time, d_ff) the neuron
+    values from ``llmkit.model.inspect.mlp_neurons``; the token at the position is in [brackets]."""
+    values = activations[..., neuron]
+    top = values.flatten().topk(k)
+    lines = [f"neuron {neuron}: its {k} strongest positions (value, the text before, [the token there])"]
+    for value, flat in zip(top.values.tolist(), top.indices.tolist()):
+        row, position = divmod(flat, values.size(1))
+        before = tokenizer.decode(ids[row, max(0, position - context):position].tolist())
+        token = show_piece(tokenizer.token_bytes(int(ids[row, position])))
+        lines.append(f"  {value:6.2f}  {before[-40:]!r:>44} [{token}]")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- the logit lens and the next token
