@@ -1,20 +1,27 @@
 """Notebook 04's pictures: the next-token distribution, each sampling stage, and counted samples.
 
 ``llmkit.generation.sampling.stage_probabilities`` computes the distribution after every stage; the plots
-here draw it (titled, axes labelled) and ``sampling_explorer`` is the widget that redraws it when
-a temperature, top-k, top-p or min-p slider moves. ``survivors`` returns plain data, testable
+here draw it (titled, axes labelled), ``next_token_explorer`` redraws the distribution for any
+prompt typed into a text box, and ``sampling_explorer`` redraws the stages when a temperature,
+top-k, top-p or min-p slider moves. ``survivors`` returns plain data, testable
 without a display.
 """
 from __future__ import annotations
 
+import base64
+import functools
 import html
 import io
 from collections import Counter
 
 import torch
 
+from llmkit.generation.generate import next_token_logits
 from llmkit.generation.sampling import SamplingParams, stage_probabilities
+from llmkit.model.transformer import Transformer
+from llmkit.viz.attention import plot_next_tokens, top_next_tokens
 from llmkit.viz.first_taste import show_piece
+from llmkit.viz.limitations import StaticHtmlFallback
 
 #: The stages the widget shows; the repetition penalty has no slider (it needs a history).
 SHOWN_STAGES = ("model", "temperature", "top-k", "top-p", "min-p")
@@ -104,6 +111,56 @@ def sampling_explorer(logits: torch.Tensor, tokenizer, prompt: str = "", *, temp
         slider.observe(redraw, names="value")
     redraw()
     return widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), picture, caption])
+
+
+def next_token_explorer(model: Transformer, tokenizer, prompt: str, k: int = 10):
+    """A text box above the model's ``k`` most likely next tokens for whatever prompt it holds;
+    press Enter to redraw.
+
+    The picture is a PNG in an ``Image`` widget, so the widget works the same in JupyterLab, on
+    Binder and in tests without a browser; a stored notebook (GitHub, nbviewer) shows the picture
+    for the starting prompt in its place."""
+    import ipywidgets as widgets  # imported here so `import llmkit` never needs ipywidgets
+
+    explorer = _next_token_explorer_class()(
+        [widgets.Text(value=prompt, description="Prompt:", continuous_update=False,
+                      layout=widgets.Layout(width="70%")),
+         widgets.Image(format="png"), widgets.HTML()])
+    explorer.model, explorer.tokenizer, explorer.k = model, tokenizer, k
+    explorer.children[0].observe(explorer.redraw, names="value")
+    explorer.redraw()
+    return explorer
+
+
+@functools.cache
+def _next_token_explorer_class():
+    """The widget class, made on first use so that importing this module never needs ipywidgets."""
+    import ipywidgets as widgets
+
+    class NextTokenExplorer(StaticHtmlFallback, widgets.VBox):
+        """See ``next_token_explorer``; its children are the text box, the picture and a caption."""
+
+        def redraw(self, _change=None) -> None:
+            box, picture, caption = self.children
+            try:
+                logits = next_token_logits(self.model, self.tokenizer.encode(box.value, disallowed_special=()))
+            except ValueError as error:  # empty or too long: say so instead of raising
+                picture.value, caption.value = b"", f"<p>{html.escape(str(error))}</p>"
+                return
+            top = top_next_tokens(logits, self.tokenizer, self.k)
+            last_line = box.value.splitlines()[-1] if box.value.strip() else box.value
+            picture.value = png_bytes(plot_next_tokens(top, f"Next token after {last_line!r}"))
+            caption.value = (f"<p>The top {self.k} of {logits.numel():,} tokens hold "
+                             f"{sum(p for _, p in top):.0%} of the probability.</p>")
+
+        def static_html(self) -> str:
+            box, picture, caption = self.children
+            image = (f'<img src="data:image/png;base64,{base64.b64encode(picture.value).decode()}"/>'
+                     if picture.value else "")
+            return (f"<p>Prompt: <code>{html.escape(repr(box.value))}</code> (open the notebook in Jupyter "
+                    f"to type your own)</p>{image}{caption.value}")
+
+    return NextTokenExplorer
 
 
 def plot_counts(counts: Counter, title: str, xlabel: str = "answer"):
