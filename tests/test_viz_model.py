@@ -63,6 +63,22 @@ def test_embedding_plots_are_titled_and_labelled(model, tokenizer):
     assert "% of the variance" in fig.axes[0].get_title()
 
 
+
+def test_word_map_labels_never_overlap_and_crowded_ones_are_named():
+    # ten dots: five far apart, five crowded into one spot, with long labels
+    spread = [[x, x % 2] for x in range(0, 50, 10)]
+    crowd = [[20 + 0.01 * i, 0.5] for i in range(5)]
+    labels = [f"word{i}" for i in range(5)] + [f"crowded_label_{i}" for i in range(5)]
+    fig = ve.plot_word_map(torch.tensor(spread + crowd, dtype=torch.float32), labels, ["a"] * 5 + ["b"] * 5)
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    written = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts if t.get_text() in labels}
+    note = [t.get_text() for t in ax.texts if t.get_text().startswith("not labelled")]
+    assert all(f"word{i}" in written for i in range(5))  # dots with room keep their labels
+    assert note and all((label in written) != (label in note[0]) for label in labels)  # each label: drawn or named
+    boxes = list(written.values())
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
 def test_position_plots_are_titled_and_labelled():
     generator = torch.Generator().manual_seed(0)
     query, key = torch.randn(16, generator=generator), torch.randn(16, generator=generator)
@@ -128,6 +144,18 @@ def test_logit_lens_text_ends_with_the_model_output(model, tokenizer):
     assert len(lines) == 1 + 2 + 1  # heading, two layers, the model
     assert lines[-2].split(":", 1)[1] == lines[-1].split(":", 1)[1]  # the last layer is the model's answer
 
+
+
+def test_neuron_contexts_list_the_strongest_positions_first(tokenizer):
+    ids = torch.tensor([tokenizer.encode("To be, or not to be, that is the question")])
+    activations = torch.zeros(1, ids.size(1), 3)
+    activations[0, 5, 2], activations[0, 2, 2] = 9.0, 4.0  # neuron 2 fires at positions 5, then 2
+    lines = va.neuron_contexts_text(tokenizer, ids, activations, neuron=2, k=2, context=3).splitlines()
+    assert lines[0].startswith("neuron 2: its 2 strongest")
+    assert lines[1].split()[0] == "9.00" and lines[2].split()[0] == "4.00"
+    expected = va.token_labels(tokenizer, [int(ids[0, 5])])[0]
+    assert lines[1].endswith(f"[{expected}]")
+    assert repr(tokenizer.decode(ids[0, 2:5].tolist())) in lines[1]  # the three tokens before it
 
 def test_attention_explorer_redraws_on_every_control(model, tokenizer):
     widget = va.attention_explorer(model, tokenizer)

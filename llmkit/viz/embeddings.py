@@ -104,21 +104,69 @@ def plot_word_map(points: torch.Tensor, labels: Sequence[str], groups: Sequence[
     import matplotlib.pyplot as plt
 
     xy = points.detach().float().numpy()
-    fig, ax = plt.subplots(figsize=(8, 6))
-    for n, group in enumerate(dict.fromkeys(groups)):  # groups in order of first appearance
+    fig, ax = plt.subplots(figsize=(10, 7))
+    colours = {group: plt.cm.tab10(n % 10) for n, group in enumerate(dict.fromkeys(groups))}  # first-seen order
+    for group, colour in colours.items():
         members = [i for i, g in enumerate(groups) if g == group]
-        ax.scatter(xy[members, 0], xy[members, 1], color=plt.cm.tab10(n % 10), label=group, s=25)
-        for i in members:
-            ax.annotate(labels[i], xy[i], xytext=(3, 3), textcoords="offset points", fontsize=8,
-                        color=plt.cm.tab10(n % 10))
+        ax.scatter(xy[members, 0], xy[members, 1], color=colour, label=group, s=25)
     share = ("" if explained is None else
              f" ({float(explained[0]):.0%} and {float(explained[1]):.0%} of the variance)")
     ax.set_xlabel("first principal direction")
     ax.set_ylabel("second principal direction")
     ax.set_title("Token vectors projected to 2-D" + share)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout()  # settle the layout first: label placement measures the final positions
+    hidden = place_labels(ax, xy, labels, [colours[g] for g in groups])
+    if hidden:
+        ax.text(0.01, 0.01, f"not labelled (no room): {', '.join(hidden)}", transform=ax.transAxes,
+                fontsize=8, color="dimgrey")
     return fig
+
+
+#: Where a label may go relative to its dot, in points: right, left, above, below, at two distances
+#: (a label moved to the outer ring gets a thin line back to its dot).
+LABEL_SPOTS = tuple((scale * dx, scale * dy, ha, va) for scale in (1, 3)
+                    for dx, dy, ha, va in ((4, 2, "left", "bottom"), (4, -2, "left", "top"),
+                                           (-4, 2, "right", "bottom"), (-4, -2, "right", "top"),
+                                           (0, 5, "center", "bottom"), (0, -5, "center", "top")))
+
+
+def place_labels(ax, xy, labels: Sequence[str], colours: Sequence) -> list[str]:
+    """Write each label beside its dot at the first spot where it overlaps no other label, stays
+    inside the axes, and is nearer its own dot than any other (so it cannot be read as naming a
+    neighbour); a label with no such spot is left out. Returns the labels left out.
+
+    Greedy and in order, so the first labels of a crowded cluster win; every dot is still drawn."""
+    from matplotlib.text import Text
+
+    renderer = ax.figure.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    dots = ax.transData.transform(xy)
+    taken, hidden = [], []
+    for n, (point, label, colour) in enumerate(zip(xy, labels, colours)):
+        for dx, dy, ha, va in LABEL_SPOTS:
+            far = abs(dx) > 4 or abs(dy) > 5
+            text = ax.annotate(label, point, xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                               fontsize=8, color=colour,
+                               arrowprops=dict(arrowstyle="-", color=colour, lw=0.8) if far else None)
+            box = text.get_window_extent(renderer)
+            fits = inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+            words = Text.get_window_extent(text, renderer)  # the words alone, without the leader line
+            own = _gap(words, dots[n])
+            nearest_is_own = all(_gap(words, dot) > own + 3 for m, dot in enumerate(dots) if m != n)
+            if fits and nearest_is_own and not any(box.overlaps(other) for other in taken):
+                taken.append(box)
+                break
+            text.remove()
+        else:
+            hidden.append(label)
+    return hidden
+
+
+def _gap(box, point) -> float:
+    """Distance in pixels from ``point`` to the nearest edge of ``box`` (0 when inside it)."""
+    x, y = point
+    return float(np.hypot(max(box.x0 - x, 0.0, x - box.x1), max(box.y0 - y, 0.0, y - box.y1)))
 
 
 # ---------------------------------------------------------------- positions
