@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "llmkit"
 
 # Lowest first. Modules at the same floor may import each other; nothing imports upwards.
 FLOORS = {
-    "paths": 0, "checks": 0, "devices": 0, "files": 0,
+    "paths": 0, "checks": 0, "devices": 0, "files": 0, "progress": 0,
     "tokens": 1,
     "model": 2,
     "generation": 3,

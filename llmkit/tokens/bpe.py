@@ -269,6 +269,6 @@ def _replace_pairs(ids: list[int], positions: list[int], new_id: int) -> list[in
 
 
 def _progress_bar(total: int):
-    from tqdm.auto import tqdm  # imported here: only needed when a learner asks for a bar
+    from llmkit.progress import progress_bar  # imported here: only needed when a learner asks for a bar
 
-    return tqdm(total=total, desc="BPE merges", unit="merge")
+    return progress_bar(total=total, desc="BPE merges", unit="merge")

@@ -21,9 +21,9 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from llmkit.model.transformer import Transformer
+from llmkit.progress import progress_bar
 from llmkit.training.config import RunConfig
 from llmkit.training.checkpoint import TrainingLog
 from llmkit.training.data import Batch
@@ -101,7 +101,7 @@ def fit(model: Transformer, optimizer: torch.optim.Optimizer, batch_at: Callable
     net = wrap_model(model, procs)
     end = cfg.max_steps if stop_after is None else min(stop_after, cfg.max_steps)
     tokens_per_step = cfg.batch_size * model.config.context_length
-    bar = tqdm(total=cfg.max_steps, initial=start_step, desc="training", unit="step",
+    bar = progress_bar(total=cfg.max_steps, initial=start_step, desc="training", unit="step",
                disable=not (progress and procs.is_main), mininterval=1.0)
     loss_sum, steps_since_log, clock = torch.zeros((), device=procs.device), 0, time.perf_counter()
     finite = torch.ones((), dtype=torch.bool, device=procs.device)
