@@ -73,7 +73,8 @@ def token_contexts(tokenizer, seed: int = 0) -> dict[int, list[str]]:
     A token with a leading space starts a word ("berry" for " berry"). A token without one only
     ever appears inside a word, and only where the merges of the tokenizer produce it, so we
     search: a random word-start piece in front of it, sometimes a piece behind it, until the
-    tokenized word holds the token. Tokens never found (``uncovered``) are few; the test counts them.
+    tokenized word holds the token. A token never found is left out (``coverage`` says how many
+    are in; for the shipped base model, all of them).
     """
     rng = random.Random(f"llmkit-spelling-contexts|{seed}")
     tokens = spellable_tokens(tokenizer)
