@@ -146,6 +146,18 @@ def test_logit_lens_text_ends_with_the_model_output(model, tokenizer):
 
 
 
+
+def test_ablation_plot_draws_each_rise_per_layer_and_part():
+    from llmkit.model.inspect import Ablation
+
+    effects = Ablation(baseline=4.0, attention=[4.1, 4.3, 4.0], mlp=[7.5, 4.05, 4.2])
+    fig = va.plot_ablation(effects)
+    assert_labelled(fig)
+    ax = fig.axes[0]
+    heights = [round(bar.get_height(), 6) for bar in ax.patches]
+    assert heights == [0.1, 0.3, 0.0, 3.5, 0.05, 0.2]  # attention's three rises, then the MLP's
+    assert "4.00" in ax.get_title()
+
 def test_neuron_contexts_list_the_strongest_positions_first(tokenizer):
     ids = torch.tensor([tokenizer.encode("To be, or not to be, that is the question")])
     activations = torch.zeros(1, ids.size(1), 3)
