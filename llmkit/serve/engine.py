@@ -241,14 +241,14 @@ class Engine:
                 sequence.table.append(pool.allocate())  # promised at admission, so never short
             rows.append((new, sequence.length, sequence.table))
         reads = Reads.of(rows, pool.block_size, self.model.device)
-        threads = self.decode_threads if len(reads.ids) < PARALLEL_TOKENS else None
-        with intra_op_threads(threads):
+        # the choosing too: its small ops (argmax, masks) would otherwise wake a second thread each
+        with intra_op_threads(self.decode_threads if len(reads.ids) < PARALLEL_TOKENS else None):
             logits = paged_forward(self.fast, pool, reads)
-        for sequence, (new, _, _) in zip(batch, rows):
-            sequence.length += len(new)
-            if sequence.length == len(sequence.prompt):  # it has just read its prompt
-                sequence.context.cache_write_tokens += pool.name(sequence.table, sequence.prompt) * pool.block_size
-        self._choose(list(batch), logits)
+            for sequence, (new, _, _) in zip(batch, rows):
+                sequence.length += len(new)
+                if sequence.length == len(sequence.prompt):  # it has just read its prompt
+                    sequence.context.cache_write_tokens += pool.name(sequence.table, sequence.prompt) * pool.block_size
+            self._choose(list(batch), logits)
 
     def _choose(self, batch: list[Sequence], logits: torch.Tensor) -> None:
         for sequence, token in zip(batch, pick_tokens(batch, logits)):
