@@ -194,7 +194,7 @@ class Reads:
 def paged_forward(fast: FastModel, pool: BlockPool, reads: Reads) -> torch.Tensor:
     """Next-token logits (rows, vocab) after the last of each row's new tokens. Every row's earlier
     positions must already be in its blocks; the new ones are written there on the way."""
-    x = fast.embed(reads.ids).unsqueeze(0)  # (1, tokens, width): the tokens as one long row
+    x = fast.embed(reads.ids).unsqueeze(0)  # (1, tokens, d_model): the tokens as one long row
     if fast.pos_embed is not None:
         x = x + fast.pos_embed[reads.positions]
     rope = None
