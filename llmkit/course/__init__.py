@@ -9,4 +9,6 @@
     evals, call_failures               held-out scores through the one harness loop; how often calls fail
     profiling                          timing experiments (prefill vs decode, caching, replayed turns)
     recipe, recipe_stages              rebuilding the shipped models end to end (``llmkit recipe``)
+    spelling, strawberry, field_order, the source notes' experiments (data/experiments/<name>/build.py):
+    fact_frequency                     spell then count; evidence before conclusion; facts by how often seen
 """
