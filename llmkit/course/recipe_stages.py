@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import random
-import time
 from pathlib import Path
 
 from llmkit.paths import data_path
@@ -133,7 +132,6 @@ def run_corpus(settings: dict, folder: Path, log: logging.Logger, **_) -> dict:
 
 def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path, device: str | None,
                  stop_at_step: int | None, progress: bool, **_) -> dict | None:
-    from llmkit.model.weights import load_model
     from llmkit.training.config import TrainConfig
     from llmkit.training.data import load_tokens
     from llmkit.training.train import bits_per_byte, train

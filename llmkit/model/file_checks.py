@@ -54,7 +54,6 @@ def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """
     d, kv = config.d_model, config.n_kv_heads * config.head_dim
     norm = ("weight", "bias") if config.norm == "layernorm" and config.bias else ("weight",)
-    linear = ("weight", "bias") if config.bias else ("weight",)
     shapes: dict[str, tuple[int, ...]] = {"embed.weight": (config.vocab_size, d)}
     if config.positions == "learned":
         shapes["pos_embed.weight"] = (config.context_length, d)
