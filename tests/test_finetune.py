@@ -326,3 +326,36 @@ def test_resume_of_a_run_that_stopped_early_ends_where_an_uninterrupted_one_does
     finetune_chat("sft", split_cfg, stop_after=2, progress=False)
     split = finetune_chat("sft", split_cfg, resume=True, progress=False)
     assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), split.state_dict().values()))
+
+
+def test_length_groups_give_the_gradients_of_the_whole_padded_batch(tokenizer):
+    from llmkit.training.distributed import Processes
+    from llmkit.training.loop import accumulate_gradients
+    from llmkit.training.sft import length_groups
+
+    conversations = make_conversations(7, seed=3)
+    lengths = sorted(len(c.render(tokenizer).ids) for c in conversations)
+    assert lengths[0] < lengths[-1]  # the groups really are padded to different widths
+    procs, cfg = Processes(torch.device("cpu")), FinetuneConfig()
+
+    def gradients(batch):
+        model = tiny_model(tokenizer.vocab_size)
+        loss = accumulate_gradients(model, batch, lm_loss, cfg, procs)
+        return loss, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    whole_loss, whole = gradients(length_groups(conversations, tokenizer, 512, 1))
+    groups = length_groups(conversations, tokenizer, 512, 3)
+    assert len(groups) == 3 and sum(len(g.inputs) for g in groups) == 7
+    assert [g.inputs.shape[1] for g in groups] == sorted(g.inputs.shape[1] for g in groups)
+    assert sum(g.inputs.numel() for g in groups) < 7 * (lengths[-1] - 1)  # less padding computed
+    grouped_loss, grouped = gradients(groups)
+    assert torch.allclose(grouped_loss, whole_loss, atol=1e-5)
+    for name in whole:
+        assert torch.allclose(grouped[name], whole[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_more_length_groups_than_rows_is_refused():
+    from llmkit.model.config import InvalidConfig
+
+    with pytest.raises((ValueError, InvalidConfig), match="length_groups"):
+        FinetuneConfig(batch_size=4, length_groups=5)

@@ -22,7 +22,7 @@ from llmkit.training.distributed import Processes
 from llmkit.training.dpo import DPOObjective, PairSource
 from llmkit.training.loop import make_optimizer
 from llmkit.training.run import Stage, run_stage
-from llmkit.training.sft import ExampleSource, conversation_batch, masked_loss, set_dropout, step_seed
+from llmkit.training.sft import ExampleSource, conversation_batch, length_groups, masked_loss, set_dropout, step_seed
 
 STAGES = ("sft", "dpo")
 Probe = Callable[[Transformer], dict]  # figures measured on the model at each report, logged beside the loss
@@ -71,7 +71,8 @@ def _sft_stage(model: Transformer, tokenizer, cfg: FinetuneConfig, examples: Exa
     heldout_batches = [conversation_batch(heldout[i:i + 16], tokenizer, context) for i in range(0, len(heldout), 16)]
 
     def batch_at(step: int):
-        return conversation_batch(examples(cfg.batch_size, "train", step_seed(cfg.seed, step)), tokenizer, context)
+        return length_groups(examples(cfg.batch_size, "train", step_seed(cfg.seed, step)), tokenizer, context,
+                             cfg.length_groups)
 
     def report(step: int) -> dict[str, str]:
         loss = masked_loss(model, heldout_batches)

@@ -85,6 +85,33 @@ def _require_finite(finite: torch.Tensor, step: int) -> None:
             "before this point is intact.")
 
 
+def accumulate_gradients(net: torch.nn.Module, batch: Batch | list[Batch], loss_fn: LossFn, cfg: RunConfig,
+                         procs: Processes) -> torch.Tensor:
+    """Run one step's batch forward and backward, adding to the gradients; returns its loss, detached.
+
+    A batch may come as a list of groups of rows of similar length (``llmkit.training.sft``), each
+    padded only to its own longest row. Each group's mean loss is weighted by its share of the
+    positions that count, so loss and gradients equal those of the whole batch padded as one,
+    while the padding that was never going to count is not computed.
+    """
+    groups = batch if isinstance(batch, list) else [batch]
+    counts = [group.targets.numel() if group.mask is None else int(group.mask.sum()) for group in groups]
+    total = max(sum(counts), 1)
+    loss = torch.zeros((), device=procs.device)
+    for i, (group, count) in enumerate(zip(groups, counts)):
+        group = group.to(procs.device)
+        last = i == len(groups) - 1  # DDP averages gradients across processes once, after the last group
+        with nullcontext() if last or not hasattr(net, "no_sync") else net.no_sync():
+            with autocast(procs.device, cfg.dtype):
+                logits = net(group.inputs)
+            part = loss_fn(logits, group.targets, group.mask)
+            if len(groups) > 1:
+                part = part * (count / total)
+            part.backward()
+        loss += part.detach()
+    return loss
+
+
 def fit(model: Transformer, optimizer: torch.optim.Optimizer, batch_at: Callable[[int], Batch], cfg: RunConfig,
         procs: Processes, *, start_step: int = 0, stop_after: int | None = None, loss_fn: LossFn = lm_loss,
         on_report: Callable[[int], dict] | None = None, on_checkpoint: Callable[[int], None] | None = None,
@@ -110,12 +137,8 @@ def fit(model: Transformer, optimizer: torch.optim.Optimizer, batch_at: Callable
     for step in range(start_step, end):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, cfg)
-        batch = batch_at(step).to(procs.device)
-        with autocast(procs.device, cfg.dtype):
-            logits = net(batch.inputs)
-        loss = loss_fn(logits, batch.targets, batch.mask)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = accumulate_gradients(net, batch_at(step), loss_fn, cfg, procs)
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         finite &= torch.isfinite(loss.detach()) & torch.isfinite(norm)

@@ -66,6 +66,22 @@ def pad_batch(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]], *,
     return Batch(inputs, targets, mask)
 
 
+def length_groups(conversations: Sequence[Example], tokenizer, context_length: int, groups: int) -> Batch | list[Batch]:
+    """The batch sorted by length into ``groups`` groups, each padded only to its own longest row.
+
+    A batch padded as one computes every row out to its longest conversation; in the course's skill
+    data a third of that is padding. ``llmkit.training.loop.accumulate_gradients`` weighs the groups
+    so the loss and gradients are those of the whole batch. ``groups=1`` is the plain padded batch.
+    """
+    if groups == 1:
+        return conversation_batch(conversations, tokenizer, context_length)
+    rendered = sorted((c.render(tokenizer) for c in conversations), key=lambda r: len(r.ids))
+    size = -(-len(rendered) // groups)  # ceiling division: never more than ``groups`` groups
+    pad_id = marker_ids(tokenizer)["endoftext"]
+    return [pad_batch([r.ids for r in part], [r.mask for r in part], pad_id=pad_id, context_length=context_length)
+            for part in (rendered[i:i + size] for i in range(0, len(rendered), size))]
+
+
 def conversation_batch(conversations: Sequence[Example], tokenizer, context_length: int) -> Batch:
     """Render conversations with the chat template; the loss mask is the template's (assistant tokens)."""
     rendered = [c.render(tokenizer) for c in conversations]
