@@ -93,3 +93,30 @@ def test_head_counts_the_bytes_of_its_tokens(tmp_path):
     head = text.head(5, tokenizer)
     assert len(head) == 5
     assert head.n_bytes == len(tokenizer.decode(text.tokens[:5].tolist()).encode("utf-8"))
+
+
+# ------------------------------------------------------------------------------ repeated spans
+def test_repeated_spans_say_each_span_twice_and_count_only_the_copyable_tokens():
+    from llmkit.training.data import repeated_spans
+
+    batch = repeated_spans(6, 64, 50, seed=3, step=2, span_lengths=(5, 9), separator=99)
+    assert batch.inputs.shape == batch.targets.shape == batch.mask.shape == (6, 64)
+    assert torch.equal(batch.inputs[:, 1:], batch.targets[:, :-1])
+    for inputs, targets, mask in zip(batch.inputs, batch.targets, batch.mask):
+        row = torch.cat([inputs[:1], targets]).tolist()
+        assert all(0 <= i < 50 or i == 99 for i in row)
+        for t in mask.nonzero().flatten().tolist():  # every counted target appeared earlier, after the same token
+            earlier = [j for j in range(t) if row[j] == row[t] and row[j + 1] == row[t + 1]]
+            assert earlier, f"target {t + 1} was not said before"
+    counted = batch.mask.float().mean().item()
+    assert 0.3 < counted < 0.5  # the second sayings, less their first token
+
+
+def test_repeated_spans_are_a_function_of_seed_and_step():
+    from llmkit.training.data import repeated_spans
+
+    first, again = (repeated_spans(3, 32, 100, seed=1, step=5) for _ in range(2))
+    assert torch.equal(first.inputs, again.inputs) and torch.equal(first.mask, again.mask)
+    assert not torch.equal(first.inputs, repeated_spans(3, 32, 100, seed=1, step=6).inputs)
+    with pytest.raises(ValueError, match="span"):
+        repeated_spans(3, 32, 100, seed=1, step=5, span_lengths=(0, 4))

@@ -247,3 +247,45 @@ def test_bits_per_byte_of_a_string_equals_that_of_its_tokens():
         bits_per_byte(model, tokenizer, "a")
     with pytest.raises(TypeError, match="tokenizer"):
         bits_per_byte(model, None, text)
+
+
+# --------------------------------------------------------------------------------- copy rows
+class _Copier(torch.nn.Module):
+    """A stand-in model that predicts the token ``span - 1`` places back: a perfect copier of spans said twice."""
+
+    def __init__(self, span: int, vocab_size: int = 50):
+        super().__init__()
+        self.span, self.weight = span, torch.nn.Parameter(torch.zeros(1))
+        self.config = ModelConfig(vocab_size=vocab_size, context_length=128, d_model=8, n_layers=1, n_heads=1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        back = torch.roll(ids, self.span - 1, dims=1)
+        return F.one_hot(back, self.config.vocab_size).float() + self.weight
+
+
+def test_copy_accuracy_is_one_for_a_copier_and_near_zero_for_a_fresh_model():
+    from llmkit.training.train import copy_accuracy
+
+    assert copy_accuracy(_Copier(24), span=24) == 1.0
+    assert copy_accuracy(_Copier(20), span=24) < 0.1  # copying from the wrong place is not copying
+    fresh = Transformer(ModelConfig(vocab_size=64, context_length=128, d_model=32, n_layers=2, n_heads=2))
+    assert copy_accuracy(fresh) < 0.2
+
+
+def test_copy_rows_join_each_batch_and_the_run_still_resumes_exactly(corpus, tmp_path):
+    changes = dict(copy_rows=2, max_steps=4, eval_every=2, checkpoint_every=2)
+    train(tiny_config(corpus, tmp_path / "whole", **changes), progress=False)
+    train(tiny_config(corpus, tmp_path / "split", **changes), stop_after=2, progress=False)
+    train(tiny_config(corpus, tmp_path / "split", **changes), resume=True, progress=False)
+    whole, split = weights(tmp_path / "whole" / "model"), weights(tmp_path / "split" / "model")
+    assert all(torch.equal(whole[name], split[name]) for name in whole)
+    evals = [r for r in read_log(tmp_path / "whole" / "train_log.jsonl") if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 2, 4] and all(0.0 <= r["copy_accuracy"] <= 1.0 for r in evals)
+    train(tiny_config(corpus, tmp_path / "plain", max_steps=4, eval_every=2, checkpoint_every=2), progress=False)
+    plain = weights(tmp_path / "plain" / "model")
+    assert any(not torch.equal(plain[name], whole[name]) for name in plain)  # the copy rows changed the training
+
+
+def test_copy_rows_must_leave_room_for_the_corpus():
+    with pytest.raises(ValueError, match="copy_rows"):
+        TrainConfig(model=TINY_MODEL, batch_size=4, copy_rows=4)

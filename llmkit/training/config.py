@@ -144,6 +144,7 @@ class TrainConfig(RunConfig):
     sample_prompt: str = "ROMEO.\n"
     sample_tokens: int = 80
     sample_temperature: float = 0.8
+    copy_rows: int = 0  # rows per batch of random spans said twice (``data.repeated_spans``): they build copying
 
     RESUMABLE_CHANGES = (*RunConfig.RESUMABLE_CHANGES, "sample_prompt", "sample_tokens", "sample_temperature")
 
@@ -161,6 +162,10 @@ class TrainConfig(RunConfig):
                 found.append(f"{name} must be a string, got {getattr(self, name)!r}")
         check(check_int, "sample_tokens", self.sample_tokens, minimum=0)
         check(check_number, "sample_temperature", self.sample_temperature, minimum=0.0)
+        check(check_int, "copy_rows", self.copy_rows, minimum=0)
+        if isinstance(self.copy_rows, int) and isinstance(self.batch_size, int) and self.copy_rows >= self.batch_size:
+            found.append(f"copy_rows ({self.copy_rows}) must be below batch_size ({self.batch_size}): "
+                         "the other rows are the corpus")
         if not isinstance(self.model, dict):
             found.append(f"model must be an object of ModelConfig keys, got {self.model!r}")
         else:

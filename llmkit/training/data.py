@@ -148,6 +148,39 @@ def random_batch(
     return Batch(inputs=windows[:, :-1], targets=windows[:, 1:])
 
 
+def repeated_spans(n_rows: int, context_length: int, vocab_size: int, *, seed: int, step: int,
+                   span_lengths: tuple[int, int] = (4, 48), separator: int | None = None) -> Batch:
+    """Rows of random token spans, each said twice: the second saying is predictable only by copying.
+
+    Natural text rarely rewards exact copying, and a small model pretrained on plays may never build
+    the attention heads that do it ("induction heads": find the earlier occurrence of the current
+    token, predict what followed it). Yet a tool call copies a name from its definition and a value
+    from the question. Random ids carry no other pattern, so these rows teach that circuit alone; a
+    share of them in each pretraining batch builds it within a few hundred steps. ``separator``
+    (say ``<|endoftext|>``) sometimes ends a pair, so spans are also learned as unrelated pieces.
+    The first saying of each span is unpredictable, so it is left out of the loss (``mask``).
+    """
+    if n_rows < 0 or vocab_size < 2 or not 1 <= span_lengths[0] <= span_lengths[1]:
+        raise ValueError(f"repeated_spans needs n_rows >= 0, vocab_size >= 2 and 1 <= shortest <= longest span, "
+                         f"got {n_rows}, {vocab_size}, {span_lengths}")
+    rng = np.random.default_rng((seed, step, 0xC0B1))  # its own stream: the text windows stay unchanged
+    rows, masks = [], []
+    for _ in range(n_rows):
+        row: list[int] = []
+        counted: list[bool] = []
+        while len(row) < context_length + 1:
+            span = rng.integers(0, vocab_size, size=int(rng.integers(span_lengths[0], span_lengths[1] + 1))).tolist()
+            row += span + span
+            counted += [False] * (len(span) + 1) + [True] * (len(span) - 1)  # no earlier copy of the last token before the second saying starts
+            if separator is not None and rng.random() < 0.5:
+                row.append(separator)
+                counted.append(False)
+        rows.append(row[: context_length + 1])
+        masks.append(counted[1 : context_length + 1])  # mask[t] says whether target t (row[t + 1]) counts
+    windows = torch.tensor(rows, dtype=torch.int64).reshape(n_rows, context_length + 1)
+    return Batch(windows[:, :-1], windows[:, 1:], torch.tensor(masks, dtype=torch.bool).reshape(n_rows, context_length))
+
+
 def sequential_batches(tokens: np.ndarray, context_length: int, batch_size: int) -> Iterator[Batch]:
     """Consecutive windows that together score every token after the first exactly once.
 

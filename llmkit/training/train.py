@@ -27,7 +27,8 @@ from llmkit.model.transformer import Transformer
 from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.training.checkpoint import TrainingLog, read_log
 from llmkit.training.config import TrainConfig, model_config
-from llmkit.training.data import TokenizedText, encode_text, load_tokens, random_batch, sequential_batches
+from llmkit.training.data import (DOCUMENT_SEPARATOR, Batch, TokenizedText, encode_text, load_tokens, random_batch,
+                                  repeated_spans, sequential_batches)
 from llmkit.training.distributed import start_processes, stop_processes
 from llmkit.training.loop import autocast, make_optimizer
 from llmkit.training.run import Stage, run_stage
@@ -61,6 +62,28 @@ def bits_per_byte(model: Transformer, tokenizer: Tokenizer | None, text: str | T
         n_tokens += batch.targets.numel()
     model.train(was_training)
     return {"loss": total_nats / n_tokens, "bpb": total_nats / math.log(2) / text.n_bytes, "tokens": n_tokens}
+
+
+@torch.no_grad()
+def copy_accuracy(model: Transformer, *, vocab_size: int | None = None, rows: int = 16, span: int = 24,
+                  separator: int | None = None, seed: int = 12345) -> float:
+    """How often the model predicts the second saying of a random span exactly (greedy, per token).
+
+    The spans are random ids, so nothing but copying from earlier in the context predicts them:
+    this measures the "induction" circuit alone, a fixed probe that can be logged during training
+    (it jumps from ~0 to near 1 when the circuit forms) and compared across models. ``vocab_size``
+    limits the ids drawn (say, to the ordinary tokens, below the special ones).
+    """
+    device = next(model.parameters()).device
+    span = max(2, min(span, model.config.context_length // 4))  # a tiny model's window still holds two pairs
+    length = min(model.config.context_length, 4 * span)
+    batch = repeated_spans(rows, length, vocab_size or model.config.vocab_size, seed=seed, step=0, span_lengths=(span, span),
+                           separator=separator)
+    was_training = model.training
+    model.eval()
+    predicted = model(batch.inputs.to(device)).argmax(-1).cpu()
+    model.train(was_training)
+    return float(((predicted == batch.targets) & batch.mask).sum() / batch.mask.sum())
 
 
 def sample_text(model: Transformer, tokenizer: Tokenizer, prompt: str, *, max_new_tokens: int = 80,
@@ -98,17 +121,28 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
     optimizer = make_optimizer(model, cfg)
     log = TrainingLog(Path(cfg.out_dir) / "train_log.jsonl", enabled=procs.is_main)
 
+    separator = tokenizer.special_tokens.get(DOCUMENT_SEPARATOR)
+    ordinary = min(tokenizer.special_tokens.values(), default=tokenizer.vocab_size)  # special ids come last
+
     def report(step: int) -> dict[str, str]:
         scores = bits_per_byte(model, tokenizer, heldout, dtype=cfg.dtype)
-        log.write(kind="eval", step=step, heldout_loss=round(scores["loss"], 4), heldout_bpb=round(scores["bpb"], 4))
+        copying = copy_accuracy(model, vocab_size=ordinary, separator=separator)
+        log.write(kind="eval", step=step, heldout_loss=round(scores["loss"], 4), heldout_bpb=round(scores["bpb"], 4),
+                  copy_accuracy=round(copying, 4))
         text = sample_text(model, tokenizer, cfg.sample_prompt, max_new_tokens=cfg.sample_tokens,
                            temperature=cfg.sample_temperature, seed=cfg.seed)
         log.write(kind="sample", step=step, text=text)
-        return {"heldout_bpb": f"{scores['bpb']:.3f}"}
+        return {"heldout_bpb": f"{scores['bpb']:.3f}", "copy": f"{copying:.2f}"}
 
-    def batch_at(step: int):
-        return random_batch(train_text.tokens, cfg.batch_size, model.config.context_length, seed=cfg.seed,
-                            step=step, rank=procs.rank, world_size=procs.world_size)
+    def batch_at(step: int) -> Batch | list[Batch]:
+        text = random_batch(train_text.tokens, cfg.batch_size - cfg.copy_rows, model.config.context_length,
+                            seed=cfg.seed, step=step, rank=procs.rank, world_size=procs.world_size)
+        if not cfg.copy_rows:
+            return text
+        copies = repeated_spans(cfg.copy_rows, model.config.context_length, ordinary, seed=cfg.seed,
+                                step=step, separator=separator)
+        mine = slice(procs.rank, None, procs.world_size)  # each process takes its share, like random_batch
+        return [text, Batch(copies.inputs[mine], copies.targets[mine], copies.mask[mine])]
 
     stage = Stage("train", batch_at, report, tokenizer_file=Path(cfg.tokenizer))
     try:
