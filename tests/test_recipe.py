@@ -66,7 +66,8 @@ def test_every_stage_leaves_its_outputs_and_a_log(built):
         done = json.loads((runs / stage / "done.json").read_text())
         assert done["seconds"] >= 0 and (runs / stage / "stage.log").is_file()
     figures = json.loads((runs / "pretrain" / "done.json").read_text())["figures"]
-    assert set(figures) == {"heldout_bpb_shakespeare", "heldout_bpb_structured"}
+    assert set(figures) == {"heldout_bpb_shakespeare", "heldout_bpb_structured", "copy_accuracy"}
+    assert 0.0 <= figures["copy_accuracy"] <= 1.0
     model, tokenizer = load_model(runs / "dpo" / "model")
     assert tokenizer.vocab_size == 400 and model.config.context_length == 2048
     probes = [json.loads(line) for line in (runs / "sft" / "train_log.jsonl").read_text().splitlines()]

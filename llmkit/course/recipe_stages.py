@@ -152,7 +152,12 @@ def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path
     for name, text in (("shakespeare", "heldout.txt"), ("structured", "heldout_structured.txt")):
         scores = bits_per_byte(model, None, load_tokens(out / "corpus" / text, cfg.tokenizer), dtype=cfg.dtype)
         figures[f"heldout_bpb_{name}"] = round(scores["bpb"], 4)
-    log.info("held-out bits/byte of the shipped (bf16-rounded) model: %s", figures)
+    from llmkit.tokens.tokenizer import Tokenizer
+    from llmkit.training.train import copy_accuracy
+
+    ordinary = min(Tokenizer.load(cfg.tokenizer).special_tokens.values(), default=None)  # special ids come last
+    figures["copy_accuracy"] = round(copy_accuracy(model, vocab_size=ordinary), 4)
+    log.info("held-out bits/byte and copy accuracy of the shipped (bf16-rounded) model: %s", figures)
     return figures
 
 
