@@ -16,7 +16,7 @@ from llmkit.chat.template import tool_line  # noqa: E402
 from llmkit.chat.tools import run_tool_call
 from llmkit.course.tools import EXAMPLE_TOOLS, calculator, count_letters, get_weather, send_email  # noqa: E402
 from llmkit.viz import limitations as viz  # noqa: E402
-from plot_checks import static_html  # noqa: E402
+from plot_checks import assert_titled_and_labelled, static_html  # noqa: E402
 
 WANTED = {"to": "mallory@example.com", "body": "the whole conversation"}
 
@@ -229,3 +229,30 @@ def test_plot_tool_call_validity_stacks_the_reasons():
 def test_plot_tool_call_validity_refuses_rows_of_another_shape():
     with pytest.raises(ValueError, match="tool_call_validity_table"):
         viz.plot_tool_call_validity([{"temperature": 1.0, "invalid_rate": 0.1}])
+
+
+# ------------------------------------------------------------------------------ fact frequency
+def test_the_committed_fact_frequency_results_read_and_plot():
+    results = viz.read_fact_frequency()
+    lines = viz.fact_frequency_lines(results)
+    assert len(lines) == len(results["bins"]) and lines[0].startswith(f"stated {results['bins'][0]['mentions']:>3} time")
+    fig = viz.plot_fact_frequency(results)
+    assert_titled_and_labelled(fig)
+    assert len(fig.axes[0].lines) == 3
+
+
+def test_fact_frequency_lines_say_how_the_misses_read():
+    results = {"bins": [{"mentions": 1, "n": 10, "recall": 0.2, "fluent_when_wrong": 0.75},
+                        {"mentions": 64, "n": 4, "recall": 1.0, "fluent_when_wrong": None}]}
+    assert viz.fact_frequency_lines(results) == [
+        "stated   1 time  in the text: 10 facts, recalled 20%; of the 8 wrong answers, 75% were a fluent, plausible value",
+        "stated  64 times in the text:  4 facts, recalled 100%"]
+
+
+def test_read_fact_frequency_says_how_to_make_a_missing_or_broken_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="fact_frequency/build.py"):
+        viz.read_fact_frequency(tmp_path / "missing.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"bins": [{"mentions": 1}]}')
+    with pytest.raises(ValueError, match="per-bin"):
+        viz.read_fact_frequency(broken)

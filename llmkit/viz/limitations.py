@@ -17,6 +17,10 @@ tokens ``llmkit.chat.constrained.ToolCallConstraint`` leaves the model at each s
 ``read_tool_call_validity`` reads the committed measurement of invalid calls with the constraint
 off and on (``python -m llmkit evals --tool-call-validity``), and ``plot_tool_call_validity``
 draws it, one stacked bar per setting, split by why the call could not be run.
+
+``read_fact_frequency``, ``fact_frequency_lines`` and ``plot_fact_frequency`` show the committed
+fact-frequency experiment (``data/experiments/fact_frequency/``): how often a fact must be read in
+pretraining before it is recalled, and how fluent the answer is when it is not.
 """
 from __future__ import annotations
 
@@ -277,5 +281,59 @@ def plot_tool_call_validity(rows: Sequence[Mapping], *,
     ax.set_ylabel("calls that cannot be run (% of turns)")
     ax.set_title(title)
     ax.legend(title="why", fontsize=8, title_fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------------------ fact frequency
+FACT_FREQUENCY_COMMAND = "python data/experiments/fact_frequency/build.py"
+
+
+def read_fact_frequency(path: str | Path | None = None) -> dict:
+    """The committed fact-frequency results (default ``data/experiments/fact_frequency/results.json``):
+    ``bins`` (one per number of mentions: ``recall``, ``fluent_when_wrong``, ...), ``example`` and ``settings``."""
+    path = Path(path) if path is not None else data_path("experiments", "fact_frequency", "results.json")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; make it with {FACT_FREQUENCY_COMMAND} (about 10 minutes)")
+    results = json.loads(path.read_text(encoding="utf-8"))
+    bins = results.get("bins") if isinstance(results, dict) else None
+    if not bins or any(not {"mentions", "n", "recall", "fluent_when_wrong"} <= set(row) for row in bins):
+        raise ValueError(f"{path} holds no per-bin results; make it again with {FACT_FREQUENCY_COMMAND}")
+    return results
+
+
+def fact_frequency_lines(results: Mapping) -> list[str]:
+    """One sentence per number of mentions, built from the results: recall, and how the misses read."""
+    lines = []
+    for row in results["bins"]:
+        times = "time " if row["mentions"] == 1 else "times"
+        line = f"stated {row['mentions']:>3} {times} in the text: {row['n']:>2} facts, recalled {row['recall']:.0%}"
+        if row["fluent_when_wrong"] is not None:
+            wrong = round(row["n"] * (1 - row["recall"]))
+            line += f"; of the {wrong} wrong answers, {row['fluent_when_wrong']:.0%} were a fluent, plausible value"
+        lines.append(line)
+    return lines
+
+
+def plot_fact_frequency(results: Mapping, *, title: str = "Recall of a fact against how often pretraining read it"):
+    """Recall per bin (with the majority-guess baseline) and, where answers were wrong, the share
+    that were fluent: a plausible value ending a well-formed sentence."""
+    import matplotlib.pyplot as plt
+
+    bins = results["bins"]
+    mentions = [row["mentions"] for row in bins]
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    ax.plot(mentions, [row["recall"] for row in bins], "o-", label="recalled (exact value)")
+    wrong = [(row["mentions"], row["fluent_when_wrong"]) for row in bins if row["fluent_when_wrong"] is not None]
+    ax.plot(*zip(*wrong), "s--", color="tab:red", label="wrong answers that read as fluent")
+    ax.plot(mentions, [row.get("majority_guess_recall", 0.0) for row in bins], ":", color="grey",
+            label="always the most common value")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(mentions, [str(m) for m in mentions])
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_xlabel("times the fact was stated in the pretraining text")
+    ax.set_ylabel("share of facts / of wrong answers")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="center right")
     fig.tight_layout()
     return fig
