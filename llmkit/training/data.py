@@ -155,8 +155,9 @@ def repeated_spans(n_rows: int, context_length: int, vocab_size: int, *, seed: i
     Natural text rarely rewards exact copying, and a small model pretrained on plays may never build
     the attention heads that do it ("induction heads": find the earlier occurrence of the current
     token, predict what followed it). Yet a tool call copies a name from its definition and a value
-    from the question. Random ids carry no other pattern, so these rows teach that circuit alone; a
-    share of them in each pretraining batch builds it within a few hundred steps. ``separator``
+    from the question. Random ids carry no other pattern, so these rows reward that circuit alone (a
+    narrow 2-layer model trained on them forms it in ~500 steps; wider and deeper ones take longer:
+    data/models/recipe/README.md has the measurements). ``separator``
     (say ``<|endoftext|>``) sometimes ends a pair, so spans are also learned as unrelated pieces.
     The first saying of each span is unpredictable, so it is left out of the loss (``mask``).
     """
@@ -171,7 +172,9 @@ def repeated_spans(n_rows: int, context_length: int, vocab_size: int, *, seed: i
         while len(row) < context_length + 1:
             span = rng.integers(0, vocab_size, size=int(rng.integers(span_lengths[0], span_lengths[1] + 1))).tolist()
             row += span + span
-            counted += [False] * (len(span) + 1) + [True] * (len(span) - 1)  # no earlier copy of the last token before the second saying starts
+            # the second saying's first token follows the first saying's last one, which has no earlier
+            # occurrence to copy from, so it does not count either
+            counted += [False] * (len(span) + 1) + [True] * (len(span) - 1)
             if separator is not None and rng.random() < 0.5:
                 row.append(separator)
                 counted.append(False)

@@ -77,8 +77,8 @@ def copy_accuracy(model: Transformer, *, vocab_size: int | None = None, rows: in
     device = next(model.parameters()).device
     span = max(2, min(span, model.config.context_length // 4))  # a tiny model's window still holds two pairs
     length = min(model.config.context_length, 4 * span)
-    batch = repeated_spans(rows, length, vocab_size or model.config.vocab_size, seed=seed, step=0, span_lengths=(span, span),
-                           separator=separator)
+    batch = repeated_spans(rows, length, vocab_size or model.config.vocab_size, seed=seed, step=0,
+                           span_lengths=(span, span), separator=separator)
     was_training = model.training
     model.eval()
     predicted = model(batch.inputs.to(device)).argmax(-1).cpu()
