@@ -65,25 +65,33 @@ def bits_per_byte(model: Transformer, tokenizer: Tokenizer | None, text: str | T
 
 
 @torch.no_grad()
-def copy_accuracy(model: Transformer, *, vocab_size: int | None = None, rows: int = 16, span: int = 24,
-                  separator: int | None = None, seed: int = 12345) -> float:
+def copy_accuracy(model: Transformer, tokenizer: Tokenizer | None = None, *, rows: int = 16, span: int = 24,
+                  seed: int = 12345) -> float:
     """How often the model predicts the second saying of a random span exactly (greedy, per token).
 
     The spans are random ids, so nothing but copying from earlier in the context predicts them:
     this measures the "induction" circuit alone, a fixed probe that can be logged during training
-    (it jumps from ~0 to near 1 when the circuit forms) and compared across models. ``vocab_size``
-    limits the ids drawn (say, to the ordinary tokens, below the special ones).
+    (it jumps from ~0 to near 1 when the circuit forms) and compared across models. With the
+    model's ``tokenizer`` the spans use only ordinary ids and are separated by ``<|endoftext|>``,
+    as the copy rows of training are.
     """
+    vocab_size, separator = copy_row_ids(tokenizer) if tokenizer is not None else (model.config.vocab_size, None)
     device = next(model.parameters()).device
     span = max(2, min(span, model.config.context_length // 4))  # a tiny model's window still holds two pairs
     length = min(model.config.context_length, 4 * span)
-    batch = repeated_spans(rows, length, vocab_size or model.config.vocab_size, seed=seed, step=0,
+    batch = repeated_spans(rows, length, vocab_size, seed=seed, step=0,
                            span_lengths=(span, span), separator=separator)
     was_training = model.training
     model.eval()
     predicted = model(batch.inputs.to(device)).argmax(-1).cpu()
     model.train(was_training)
     return float(((predicted == batch.targets) & batch.mask).sum() / batch.mask.sum())
+
+
+def copy_row_ids(tokenizer: Tokenizer) -> tuple[int, int | None]:
+    """For copy rows: how many ordinary ids there are (special ids come last) and ``<|endoftext|>``'s id."""
+    ordinary = min(tokenizer.special_tokens.values(), default=tokenizer.vocab_size)
+    return ordinary, tokenizer.special_tokens.get(DOCUMENT_SEPARATOR)
 
 
 def sample_text(model: Transformer, tokenizer: Tokenizer, prompt: str, *, max_new_tokens: int = 80,
@@ -121,12 +129,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
     optimizer = make_optimizer(model, cfg)
     log = TrainingLog(Path(cfg.out_dir) / "train_log.jsonl", enabled=procs.is_main)
 
-    separator = tokenizer.special_tokens.get(DOCUMENT_SEPARATOR)
-    ordinary = min(tokenizer.special_tokens.values(), default=tokenizer.vocab_size)  # special ids come last
+    ordinary, separator = copy_row_ids(tokenizer)
 
     def report(step: int) -> dict[str, str]:
         scores = bits_per_byte(model, tokenizer, heldout, dtype=cfg.dtype)
-        copying = copy_accuracy(model, vocab_size=ordinary, separator=separator)
+        copying = copy_accuracy(model, tokenizer)
         log.write(kind="eval", step=step, heldout_loss=round(scores["loss"], 4), heldout_bpb=round(scores["bpb"], 4),
                   copy_accuracy=round(copying, 4))
         text = sample_text(model, tokenizer, cfg.sample_prompt, max_new_tokens=cfg.sample_tokens,
