@@ -11,8 +11,12 @@ TINY = {
     "tokenizer": {"vocab_size": 400, "shakespeare_chars": 30000, "notes": False, "structured_documents": 30,
                   "progress": False},
     "corpus": {"shakespeare_chars": 40000, "structured_documents": 40, "heldout_structured_documents": 6},
-    "pretrain": {"model": {"family": "llama", "context_length": 2048, "d_model": 32, "n_layers": 1, "n_heads": 2,
-                           "n_kv_heads": 2, "dropout": 0.0},
+    "copy_warmup": {"model": {"family": "llama", "context_length": 64, "d_model": 32, "n_layers": 1, "n_heads": 2,
+                              "n_kv_heads": 2, "dropout": 0.0},
+                    "batch_size": 2, "copy_rows": 2, "max_steps": 2, "warmup_steps": 1, "log_every": 1,
+                    "eval_every": 2, "checkpoint_every": 1, "sample_tokens": 0, "device": "cpu", "threads": 1},
+    "pretrain": {"model": {"family": "llama", "context_length": 2048, "d_model": 32, "n_layers": 2, "n_heads": 2,
+                           "n_kv_heads": 2, "dropout": 0.0}, "grow_from": "copy_warmup",
                  "batch_size": 2, "max_steps": 4, "warmup_steps": 1, "log_every": 1, "eval_every": 4,
                  "checkpoint_every": 1, "sample_tokens": 4, "device": "cpu", "threads": 1},
     "sft": {"kinds": ["chitchat", "memory", "tool"], "batch_size": 2, "max_steps": 3, "warmup_steps": 1,
@@ -28,9 +32,10 @@ TINY = {
 def write_recipe(folder, settings=TINY):
     (folder / "stages").mkdir(exist_ok=True)
     stages = []
-    for kind, values in settings.items():
-        (folder / "stages" / f"{kind}.json").write_text(json.dumps(values))
-        stages.append({"name": kind, "kind": kind, "config": f"stages/{kind}.json"})
+    for name, values in settings.items():
+        (folder / "stages" / f"{name}.json").write_text(json.dumps(values))
+        kind = "pretrain" if name == "copy_warmup" else name  # the practice run is pretraining on copy rows
+        stages.append({"name": name, "kind": kind, "config": f"stages/{name}.json"})
     path = folder / "recipe.json"
     path.write_text(json.dumps({"out_dir": str(folder / "runs"), "stages": stages,
                                 "ship": {"base": "pretrain", "chat": "evals"}}))
@@ -49,11 +54,12 @@ def built(tmp_path_factory):
 
 def test_an_interrupted_stage_resumes_and_the_rest_runs(built):
     folder, _, first, second = built
-    assert first == {"tokenizer": "done", "corpus": "done", "pretrain": "interrupted"}
-    assert second == {"tokenizer": "skipped", "corpus": "skipped", "pretrain": "done", "sft": "done",
-                      "dpo": "done", "evals": "done"}
+    assert first == {"tokenizer": "done", "corpus": "done", "copy_warmup": "done", "pretrain": "interrupted"}
+    assert second == {"tokenizer": "skipped", "corpus": "skipped", "copy_warmup": "skipped", "pretrain": "done",
+                      "sft": "done", "dpo": "done", "evals": "done"}
     log = (folder / "runs" / "pretrain" / "stage.log").read_text()
     assert "interrupted" in log and "from the last checkpoint" in log
+    assert "from copy_warmup's model, grown" in log  # the first start grew the 1-layer copy practice model
     steps = [json.loads(line)["step"] for line in (folder / "runs" / "pretrain" / "train_log.jsonl").read_text().splitlines()
              if json.loads(line)["kind"] == "train"]
     assert steps == [1, 2, 3, 4]  # resumed at step 2, no step lost or repeated
@@ -90,7 +96,8 @@ def test_shipping_copies_the_bf16_models_and_their_stage_logs(built, tmp_path):
     folder, path, *_ = built
     shipped = ship_models(path, models_dir=tmp_path)
     assert set(shipped) == {"base", "chat"}
-    assert sorted(p.name for p in (tmp_path / "base" / "stages").iterdir()) == ["corpus", "pretrain", "tokenizer"]
+    assert sorted(p.name for p in (tmp_path / "base" / "stages").iterdir()) == ["copy_warmup", "corpus", "pretrain",
+                                                                                 "tokenizer"]
     assert sorted(p.name for p in (tmp_path / "chat" / "stages").iterdir()) == ["dpo", "evals", "sft"]
     assert (tmp_path / "chat" / "stages" / "sft" / "train_log.jsonl").is_file()
     assert (tmp_path / "chat" / "stages" / "evals" / "evals.json").is_file()
@@ -142,8 +149,24 @@ def test_the_shipped_recipe_loads_with_a_1024_context():
 
     recipe = load_recipe(data_path("models", "recipe.json"))
     kinds = [s["kind"] for s in recipe["stages"]]
-    assert kinds[:3] == ["tokenizer", "corpus", "pretrain"] and "dpo" in kinds and kinds[-1] == "evals"
-    assert recipe["stages"][2]["settings"]["model"]["context_length"] >= 1024
+    assert kinds[:2] == ["tokenizer", "corpus"] and "dpo" in kinds and kinds[-1] == "evals"
+    stages = {s["name"]: s for s in recipe["stages"]}
+    assert stages[recipe["ship"]["base"]]["settings"]["model"]["context_length"] >= 1024
+
+
+def test_the_shipped_pretraining_grows_from_a_model_it_can_grow_from():
+    from llmkit.model.grow import growable
+    from llmkit.paths import data_path
+    from llmkit.training.config import model_config
+
+    recipe = load_recipe(data_path("models", "recipe.json"))
+    names = [s["name"] for s in recipe["stages"]]
+    stages = {s["name"]: s for s in recipe["stages"]}
+    pretrain = stages[recipe["ship"]["base"]]["settings"]
+    practice = stages[pretrain["grow_from"]]
+    assert practice["kind"] == "pretrain" and names.index(practice["name"]) < names.index(recipe["ship"]["base"])
+    small, large = (model_config(s["model"], vocab_size=4096) for s in (practice["settings"], pretrain))
+    assert growable(small, large) == [] and small.n_layers < large.n_layers
 
 
 def test_stop_after_stops_there(tmp_path):

@@ -286,6 +286,34 @@ def test_copy_rows_join_each_batch_and_the_run_still_resumes_exactly(corpus, tmp
     assert any(not torch.equal(plain[name], whole[name]) for name in plain)  # the copy rows changed the training
 
 
-def test_copy_rows_must_leave_room_for_the_corpus():
+def test_copy_rows_cannot_exceed_the_batch():
     with pytest.raises(ValueError, match="copy_rows"):
-        TrainConfig(model=TINY_MODEL, batch_size=4, copy_rows=4)
+        TrainConfig(model=TINY_MODEL, batch_size=4, copy_rows=5)
+
+
+def test_a_run_grown_from_a_shallow_copy_practice_run_starts_where_it_ended(corpus, tmp_path):
+    shallow = dict(TINY_MODEL, n_layers=1)
+    practice = tiny_config(corpus, tmp_path / "practice", model=shallow, copy_rows=4, max_steps=3, sample_tokens=0)
+    train(practice, progress=False)  # every row a copy row: no corpus text at all
+    assert [r["step"] for r in read_log(tmp_path / "practice" / "train_log.jsonl") if r["kind"] == "sample"] == []
+    changes = dict(grow_from=str(tmp_path / "practice" / "model"), max_steps=4, eval_every=2, checkpoint_every=2)
+    train(tiny_config(corpus, tmp_path / "whole", **changes), progress=False)
+    last_practice = [r for r in read_log(tmp_path / "practice" / "train_log.jsonl") if r["kind"] == "eval"][-1]
+    first_grown = [r for r in read_log(tmp_path / "whole" / "train_log.jsonl") if r["kind"] == "eval"][0]
+    assert first_grown["step"] == 0
+    assert first_grown["heldout_loss"] == pytest.approx(last_practice["heldout_loss"], abs=1e-4)
+    grown = weights(tmp_path / "whole" / "model")
+    assert {name.split(".")[1] for name in grown if name.startswith("blocks.")} == {"0", "1"}
+    # resuming a grown run continues its checkpoint; it does not grow the practice model again
+    train(tiny_config(corpus, tmp_path / "split", **changes), stop_after=2, progress=False)
+    train(tiny_config(corpus, tmp_path / "split", **changes), resume=True, progress=False)
+    split = weights(tmp_path / "split" / "model")
+    assert all(torch.equal(grown[name], split[name]) for name in grown)
+
+
+def test_growing_from_an_incompatible_model_names_the_difference(corpus, tmp_path):
+    practice = tiny_config(corpus, tmp_path / "practice", model=dict(TINY_MODEL, n_layers=1, d_model=48),
+                           copy_rows=4, max_steps=1, sample_tokens=0)
+    train(practice, progress=False)
+    with pytest.raises(ValueError, match="d_model"):
+        train(tiny_config(corpus, tmp_path / "grown", grow_from=str(tmp_path / "practice" / "model")), progress=False)

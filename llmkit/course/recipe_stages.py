@@ -10,6 +10,8 @@ figures to record in ``done.json`` (or None when a training stage stopped early 
 - ``corpus``: the pretraining text: Shakespeare plus generated structured text that builds
   copying; held out: Shakespeare's held-out plays and separately generated structured text;
 - ``pretrain``: ``llmkit.training.train.train`` on that corpus (bits/byte on both held-out texts);
+  ``grow_from`` names an earlier pretrain stage to start from, grown to this stage's depth (the
+  recipe's ``copy_warmup`` builds the copying circuit in a shallow model first: see its README);
 - ``sft``: skill conversations (``llmkit.course.skills``), optionally only some ``kinds``;
 - ``dpo``: skill preference pairs against the previous stage as reference;
 - ``evals``: greedy skill evaluations per split through ``Client`` + ``run_agent``.
@@ -139,11 +141,14 @@ def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path
     values = {**settings, "tokenizer": str(out / "tokenizer" / "tokenizer.json"),
               "train_corpus": str(out / "corpus" / "train.txt"), "heldout_corpus": str(out / "corpus" / "heldout.txt"),
               "out_dir": str(folder)}
+    if settings.get("grow_from"):  # the name of an earlier pretrain stage: start from its model, grown
+        values["grow_from"] = str(out / settings["grow_from"] / "model")
     if device:
         values["device"] = device
     cfg = TrainConfig.from_dict(values, source="the pretrain stage")
     resume = has_checkpoint(folder)
-    log.info("pretraining %s", "from the last checkpoint" if resume else "from scratch")
+    start = f"from {settings['grow_from']}'s model, grown" if settings.get("grow_from") else "from scratch"
+    log.info("pretraining %s", "from the last checkpoint" if resume else start)
     train(cfg, resume=resume, stop_after=stop_at_step, progress=progress)
     if not (folder / "model").is_dir():
         return None

@@ -145,11 +145,12 @@ class TrainConfig(RunConfig):
     sample_tokens: int = 80
     sample_temperature: float = 0.8
     copy_rows: int = 0  # rows per batch of random spans said twice (``data.repeated_spans``): they build copying
+    grow_from: str | None = None  # a model folder to start from, grown to ``model``'s depth (``llmkit.model.grow``)
 
     RESUMABLE_CHANGES = (*RunConfig.RESUMABLE_CHANGES, "sample_prompt", "sample_tokens", "sample_temperature")
 
     def __post_init__(self) -> None:
-        for name in ("tokenizer", "train_corpus", "heldout_corpus"):
+        for name in ("tokenizer", "train_corpus", "heldout_corpus", "grow_from"):
             if isinstance(getattr(self, name), os.PathLike):
                 setattr(self, name, str(getattr(self, name)))
         super().__post_init__()
@@ -163,9 +164,11 @@ class TrainConfig(RunConfig):
         check(check_int, "sample_tokens", self.sample_tokens, minimum=0)
         check(check_number, "sample_temperature", self.sample_temperature, minimum=0.0)
         check(check_int, "copy_rows", self.copy_rows, minimum=0)
-        if isinstance(self.copy_rows, int) and isinstance(self.batch_size, int) and self.copy_rows >= self.batch_size:
-            found.append(f"copy_rows ({self.copy_rows}) must be below batch_size ({self.batch_size}): "
-                         "the other rows are the corpus")
+        if isinstance(self.copy_rows, int) and isinstance(self.batch_size, int) and self.copy_rows > self.batch_size:
+            found.append(f"copy_rows ({self.copy_rows}) must be at most batch_size ({self.batch_size}): "
+                         "the other rows are the corpus (all rows copy rows: a run of copy practice alone)")
+        if self.grow_from is not None and not isinstance(self.grow_from, str):
+            found.append(f"grow_from must be a model folder (a string) or null, got {self.grow_from!r}")
         if not isinstance(self.model, dict):
             found.append(f"model must be an object of ModelConfig keys, got {self.model!r}")
         else:

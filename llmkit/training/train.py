@@ -23,7 +23,10 @@ import torch.nn.functional as F
 
 from llmkit.generation.generate import generate
 from llmkit.generation.sampling import SamplingParams
+from llmkit.model.config import ModelConfig
+from llmkit.model.grow import grow, growable
 from llmkit.model.transformer import Transformer
+from llmkit.model.weights import load_model
 from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.training.checkpoint import TrainingLog, read_log
 from llmkit.training.config import TrainConfig, model_config
@@ -126,6 +129,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
 
     torch.manual_seed(cfg.seed + procs.rank)  # DDP copies rank 0's initial weights; dropout differs per rank
     model = Transformer(model_config(cfg.model, tokenizer.vocab_size)).to(procs.device)
+    if cfg.grow_from and not resume:  # a resumed run's checkpoint already holds the grown weights
+        model = grown_start(cfg.grow_from, model.config, tokenizer).to(procs.device)
     optimizer = make_optimizer(model, cfg)
     log = TrainingLog(Path(cfg.out_dir) / "train_log.jsonl", enabled=procs.is_main)
 
@@ -136,20 +141,24 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
         copying = copy_accuracy(model, tokenizer)
         log.write(kind="eval", step=step, heldout_loss=round(scores["loss"], 4), heldout_bpb=round(scores["bpb"], 4),
                   copy_accuracy=round(copying, 4))
-        text = sample_text(model, tokenizer, cfg.sample_prompt, max_new_tokens=cfg.sample_tokens,
-                           temperature=cfg.sample_temperature, seed=cfg.seed)
-        log.write(kind="sample", step=step, text=text)
+        if cfg.sample_tokens:  # 0: no samples (a run of copy practice alone writes nothing readable)
+            text = sample_text(model, tokenizer, cfg.sample_prompt, max_new_tokens=cfg.sample_tokens,
+                               temperature=cfg.sample_temperature, seed=cfg.seed)
+            log.write(kind="sample", step=step, text=text)
         return {"heldout_bpb": f"{scores['bpb']:.3f}", "copy": f"{copying:.2f}"}
 
     def batch_at(step: int) -> Batch | list[Batch]:
-        text = random_batch(train_text.tokens, cfg.batch_size - cfg.copy_rows, model.config.context_length,
-                            seed=cfg.seed, step=step, rank=procs.rank, world_size=procs.world_size)
+        text_rows = cfg.batch_size - cfg.copy_rows
+        if text_rows:
+            text = random_batch(train_text.tokens, text_rows, model.config.context_length,
+                                seed=cfg.seed, step=step, rank=procs.rank, world_size=procs.world_size)
         if not cfg.copy_rows:
             return text
         copies = repeated_spans(cfg.copy_rows, model.config.context_length, ordinary, seed=cfg.seed,
                                 step=step, separator=separator)
         mine = slice(procs.rank, None, procs.world_size)  # each process takes its share, like random_batch
-        return [text, Batch(copies.inputs[mine], copies.targets[mine], copies.mask[mine])]
+        copies = Batch(copies.inputs[mine], copies.targets[mine], copies.mask[mine])
+        return [text, copies] if text_rows else copies
 
     stage = Stage("train", batch_at, report, tokenizer_file=Path(cfg.tokenizer))
     try:
@@ -157,6 +166,18 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
                          progress=progress)
     finally:
         stop_processes(procs)
+
+
+def grown_start(folder: str, config: ModelConfig, tokenizer: Tokenizer) -> Transformer:
+    """The model in ``folder``, grown to ``config``'s depth and window: where a run with ``grow_from`` starts."""
+    small, small_tokenizer = load_model(folder)
+    if small_tokenizer.vocab_size != tokenizer.vocab_size or small_tokenizer.special_tokens != tokenizer.special_tokens:
+        raise ValueError(f"grow_from {folder!r} was trained with another tokenizer than this run's; "
+                         f"grow from a model made with {tokenizer.vocab_size} ids and the same special tokens")
+    problems = growable(small.config, config)
+    if problems:
+        raise ValueError(f"grow_from {folder!r} cannot grow into this run's model: " + "; ".join(problems))
+    return grow(small, config.n_layers, config.context_length)
 
 
 def main(argv: list[str] | None = None) -> None:
