@@ -286,6 +286,20 @@ def test_copy_rows_join_each_batch_and_the_run_still_resumes_exactly(corpus, tmp
     assert any(not torch.equal(plain[name], whole[name]) for name in plain)  # the copy rows changed the training
 
 
+def test_short_copy_rows_train_and_resume_exactly(corpus, tmp_path):
+    changes = dict(copy_rows=2, copy_row_length=4, max_steps=4, eval_every=2, checkpoint_every=2)
+    train(tiny_config(corpus, tmp_path / "whole", **changes), progress=False)
+    train(tiny_config(corpus, tmp_path / "split", **changes), stop_after=2, progress=False)
+    train(tiny_config(corpus, tmp_path / "split", **changes), resume=True, progress=False)
+    whole, split = weights(tmp_path / "whole" / "model"), weights(tmp_path / "split" / "model")
+    assert all(torch.equal(whole[name], split[name]) for name in whole)
+    train(tiny_config(corpus, tmp_path / "long", **{**changes, "copy_row_length": None}), progress=False)
+    long = weights(tmp_path / "long" / "model")
+    assert any(not torch.equal(long[name], whole[name]) for name in long)  # other rows, other training
+    with pytest.raises(ValueError, match="copy_row_length"):
+        tiny_config(corpus, tmp_path / "bad", copy_rows=2, copy_row_length=5)  # 5 does not divide 16
+
+
 def test_copy_rows_cannot_exceed_the_batch():
     with pytest.raises(ValueError, match="copy_rows"):
         TrainConfig(model=TINY_MODEL, batch_size=4, copy_rows=5)

@@ -145,6 +145,8 @@ class TrainConfig(RunConfig):
     sample_tokens: int = 80
     sample_temperature: float = 0.8
     copy_rows: int = 0  # rows per batch of random spans said twice (``data.repeated_spans``): they build copying
+    copy_row_length: int | None = None  # cut copy rows into rows this long (None: the window): fewer
+    # earlier positions to search, so the copying circuit forms sooner; the tokens per step stay the same
     grow_from: str | None = None  # a model folder to start from, grown to ``model``'s depth (``llmkit.model.grow``)
 
     RESUMABLE_CHANGES = (*RunConfig.RESUMABLE_CHANGES, "sample_prompt", "sample_tokens", "sample_temperature")
@@ -167,6 +169,12 @@ class TrainConfig(RunConfig):
         if isinstance(self.copy_rows, int) and isinstance(self.batch_size, int) and self.copy_rows > self.batch_size:
             found.append(f"copy_rows ({self.copy_rows}) must be at most batch_size ({self.batch_size}): "
                          "the other rows are the corpus (all rows copy rows: a run of copy practice alone)")
+        if self.copy_row_length is not None:
+            check(check_int, "copy_row_length", self.copy_row_length, minimum=2)
+            window = self.model.get("context_length") if isinstance(self.model, dict) else None
+            if isinstance(self.copy_row_length, int) and isinstance(window, int) and window % self.copy_row_length:
+                found.append(f"copy_row_length ({self.copy_row_length}) must divide the model's context_length "
+                             f"({window}): each copy row is cut into equal shorter rows")
         if self.grow_from is not None and not isinstance(self.grow_from, str):
             found.append(f"grow_from must be a model folder (a string) or null, got {self.grow_from!r}")
         if not isinstance(self.model, dict):

@@ -154,8 +154,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
                                 seed=cfg.seed, step=step, rank=procs.rank, world_size=procs.world_size)
         if not cfg.copy_rows:
             return text
-        copies = repeated_spans(cfg.copy_rows, model.config.context_length, ordinary, seed=cfg.seed,
-                                step=step, separator=separator)
+        length = cfg.copy_row_length or model.config.context_length
+        copies = repeated_spans(cfg.copy_rows * (model.config.context_length // length), length, ordinary,
+                                seed=cfg.seed, step=step, separator=separator)
         mine = slice(procs.rank, None, procs.world_size)  # each process takes its share, like random_batch
         copies = Batch(copies.inputs[mine], copies.targets[mine], copies.mask[mine])
         return [text, copies] if text_rows else copies
