@@ -154,7 +154,7 @@ def test_the_shipped_recipe_loads_with_a_1024_context():
     assert stages[recipe["ship"]["base"]]["settings"]["model"]["context_length"] >= 1024
 
 
-def test_the_shipped_pretraining_grows_from_a_model_it_can_grow_from():
+def test_the_shipped_pretraining_grows_from_a_shallow_copier_through_models_it_can_grow_from():
     from llmkit.model.grow import growable
     from llmkit.paths import data_path
     from llmkit.training.config import model_config
@@ -162,11 +162,14 @@ def test_the_shipped_pretraining_grows_from_a_model_it_can_grow_from():
     recipe = load_recipe(data_path("models", "recipe.json"))
     names = [s["name"] for s in recipe["stages"]]
     stages = {s["name"]: s for s in recipe["stages"]}
-    pretrain = stages[recipe["ship"]["base"]]["settings"]
-    practice = stages[pretrain["grow_from"]]
-    assert practice["kind"] == "pretrain" and names.index(practice["name"]) < names.index(recipe["ship"]["base"])
-    small, large = (model_config(s["model"], vocab_size=4096) for s in (practice["settings"], pretrain))
-    assert growable(small, large) == [] and small.n_layers < large.n_layers
+    chain = [recipe["ship"]["base"]]  # follow grow_from back to the stage that starts from scratch
+    while stages[chain[-1]]["settings"].get("grow_from"):
+        chain.append(stages[chain[-1]]["settings"]["grow_from"])
+    assert len(chain) >= 2 and all(stages[name]["kind"] == "pretrain" for name in chain)
+    assert [names.index(name) for name in chain] == sorted((names.index(name) for name in chain), reverse=True)
+    configs = [model_config(stages[name]["settings"]["model"], vocab_size=4096) for name in reversed(chain)]
+    assert all(growable(small, large) == [] for small, large in zip(configs, configs[1:]))
+    assert configs[0].n_layers < configs[-1].n_layers  # the copier starts shallow
 
 
 def test_stop_after_stops_there(tmp_path):
