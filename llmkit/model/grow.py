@@ -1,10 +1,11 @@
 """Make a trained model deeper (and its window longer) without changing what it computes.
 
-Why: some circuits form far sooner in a shallow model. The copying circuit (an "induction head":
-find the earlier occurrence of the current token, predict what followed it) forms in a 2-layer
-model after a few hundred steps of copy practice, while a 6-layer model of the same width sits on
-the loss plateau for a thousand steps and more (``data/models/recipe/README.md`` has the
-measurements). So the recipe trains the circuit shallow, then grows the model: each new block's
+Why: some circuits start far sooner in a shallow model. On copy practice, a 2-layer model leaves
+the loss plateau of the copying circuit (an "induction head": find the earlier occurrence of the
+current token, predict what followed it) while a 6-layer model of the same width sits on it for a
+thousand steps and more; grown from a 2-layer model that has started to leave it, the 6-layer
+model finishes the circuit within a few hundred steps (``data/models/recipe/README.md`` has the
+measurements). So the recipe starts the circuit shallow, then grows the model: each new block's
 two output projections (attention's ``out`` and the MLP's ``down``) start at zero, so the block
 adds nothing to the residual stream and the grown model's logits equal the shallow model's
 exactly. Training then finds a use for the new blocks while the circuit keeps working (Gong et

@@ -156,9 +156,9 @@ def repeated_spans(n_rows: int, context_length: int, vocab_size: int, *, seed: i
     the attention heads that do it ("induction heads": find the earlier occurrence of the current
     token, predict what followed it). Yet a tool call copies a name from its definition and a value
     from the question. Random ids carry no other pattern, so these rows reward that circuit alone (a
-    2-layer model trained on them forms it within a few hundred to ~1,500 steps; a 6-layer one sits
-    on the plateau far longer, which is why the recipe grows a 2-layer copier: data/models/recipe/README.md
-    has the measurements). ``separator``
+    2-layer model trained on them leaves the plateau within a few hundred steps at width 128, more
+    slowly at width 320; a 6-layer one sits on it far longer, which is why the recipe grows a 2-layer
+    copier: data/models/recipe/README.md has the measurements). ``separator``
     (say ``<|endoftext|>``) sometimes ends a pair, so spans are also learned as unrelated pieces.
     The first saying of each span is unpredictable, so it is left out of the loss (``mask``).
     """
