@@ -119,6 +119,10 @@ def test_a_finished_recipe_is_all_skipped_and_a_changed_stage_reruns_from_there(
 
     with pytest.raises(RuntimeError, match="evals"):
         ship_models(path, models_dir=folder / "ship")  # the changed stage has not run: nothing ships
+    assert set(ship_models(path, models_dir=folder / "ship", names=["base"])) == {"base"}  # its stages are done
+    assert not (folder / "ship" / "chat").exists()
+    with pytest.raises(ValueError, match="'tiny'.*'base', 'chat'"):
+        ship_models(path, models_dir=folder / "ship", names=["tiny"])
     outcome = run_recipe(path, progress=False)
     assert outcome["dpo"] == "skipped" and outcome["evals"] == "done"
 

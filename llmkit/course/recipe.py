@@ -209,44 +209,59 @@ STAGE_FILES = ("done.json", "stage.log", "train_log.jsonl", "train_config.json",
                "dpo_config.json", "evals.json")
 
 
-def ship_models(path: str | Path, *, out_dir: str | None = None, models_dir: str | Path | None = None) -> dict:
+def ship_models(path: str | Path, *, out_dir: str | None = None, models_dir: str | Path | None = None,
+                names: list[str] | None = None) -> dict:
     """Copy the finished recipe's models into ``data/models/<name>/``, each with its stages' logs.
 
     The recipe's ``"ship"`` maps a model name to the stage whose ``shipped/`` folder it is (say
     ``{"base": "pretrain", "chat": "evals"}``). Beside the weights go ``stages/<stage>/`` for that
     stage and every stage since the previous shipped one: the run config, ``train_log.jsonl``,
-    ``stage.log`` and ``done.json``. Refused, naming the stage, unless every stage is done with
-    the current configs: a shipped model always matches the recipe in git.
+    ``stage.log`` and ``done.json``. ``names`` ships only those models (say the base while the
+    chat model's stages still run). Refused, naming the stage, unless every stage up to the last
+    model shipped is done with the current configs: a shipped model always matches the recipe in git.
     """
     from llmkit.course.recipe_stages import SHIPPED
 
     recipe = load_recipe(path)
     out = Path(out_dir or recipe["out_dir"])
     models = Path(models_dir) if models_dir is not None else Path(path).parent
-    stages = recipe["stages"]
-    for stage, chain in zip(stages, chain_hashes(stages)):
+    stages, ship = recipe["stages"], recipe.get("ship", {})
+    stage_names = [s["name"] for s in stages]
+    unknown = sorted(set(names or ()) - set(ship))
+    if unknown:
+        raise ValueError(f"the recipe ships no model named {', '.join(map(repr, unknown))}; it ships "
+                         f"{', '.join(map(repr, ship))}")
+    wanted = list(ship) if names is None else [name for name in ship if name in names]
+    last = max((stage_names.index(ship[name]) for name in wanted), default=-1)
+    for stage, chain in list(zip(stages, chain_hashes(stages)))[: last + 1]:
         done = out / stage["name"] / "done.json"
         if not done.is_file() or json.loads(done.read_text(encoding="utf-8")).get("chain") != chain:
             raise RuntimeError(f"stage {stage['name']!r} is not done with its current config; run "
                                f"`llmkit recipe {path}` to the end first")
-    names = [s["name"] for s in stages]
     shipped, start = {}, 0
-    for model_name, stage_name in recipe.get("ship", {}).items():
-        end = names.index(stage_name) + 1
-        target = models / model_name
-        for old in ("config.json", "model.safetensors", "tokenizer.json"):
-            (target / old).unlink(missing_ok=True)
-        shutil.rmtree(target / "stages", ignore_errors=True)
-        target.mkdir(parents=True, exist_ok=True)
-        for file in sorted((out / stage_name / SHIPPED).iterdir()):
-            shutil.copyfile(file, target / file.name)
-        for name in names[start:end]:
-            (target / "stages" / name).mkdir(parents=True)
-            for file in STAGE_FILES:
-                if (out / name / file).is_file():
-                    shutil.copyfile(out / name / file, target / "stages" / name / file)
-        shipped[model_name], start = target, end
+    for model_name, stage_name in ship.items():
+        end = stage_names.index(stage_name) + 1
+        if model_name in wanted:
+            shipped[model_name] = _ship_one(out / stage_name / SHIPPED, models / model_name,
+                                            [out / name for name in stage_names[start:end]])
+        start = end
     return shipped
+
+
+def _ship_one(weights: Path, target: Path, stage_folders: list[Path]) -> Path:
+    """Replace ``target``'s model files and ``stages/`` with ``weights``' files and those stages' logs."""
+    for old in ("config.json", "model.safetensors", "tokenizer.json"):
+        (target / old).unlink(missing_ok=True)
+    shutil.rmtree(target / "stages", ignore_errors=True)
+    target.mkdir(parents=True, exist_ok=True)
+    for file in sorted(weights.iterdir()):
+        shutil.copyfile(file, target / file.name)
+    for folder in stage_folders:
+        (target / "stages" / folder.name).mkdir(parents=True)
+        for file in STAGE_FILES:
+            if (folder / file).is_file():
+                shutil.copyfile(folder / file, target / "stages" / folder.name / file)
+    return target
 
 
 def recipe_main(argv: list[str] | None = None) -> int:
@@ -260,11 +275,12 @@ def recipe_main(argv: list[str] | None = None) -> int:
                         help="stop the next training stage after N steps with a checkpoint, as an interruption would")
     parser.add_argument("--out-dir", help="override the recipe's out_dir")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs still written)")
-    parser.add_argument("--ship", action="store_true", help="copy the finished models and their stage logs "
-                        "into the recipe's folder (data/models/<name>/) instead of running")
+    parser.add_argument("--ship", nargs="*", metavar="MODEL", help="copy the finished models (all, or those "
+                        "named, e.g. base) and their stage logs into the recipe's folder (data/models/<name>/) "
+                        "instead of running")
     args = parser.parse_args(argv)
-    if args.ship:
-        for name, folder in ship_models(args.recipe, out_dir=args.out_dir).items():
+    if args.ship is not None:
+        for name, folder in ship_models(args.recipe, out_dir=args.out_dir, names=args.ship or None).items():
             print(f"{name:<16} shipped to {folder}")
         return 0
     outcome = run_recipe(args.recipe, device=args.device, stop_after=args.stop_after,
