@@ -101,6 +101,12 @@ def test_shipping_copies_the_bf16_models_and_their_stage_logs(built, tmp_path):
     assert sorted(p.name for p in (tmp_path / "chat" / "stages").iterdir()) == ["dpo", "evals", "sft"]
     assert (tmp_path / "chat" / "stages" / "sft" / "train_log.jsonl").is_file()
     assert (tmp_path / "chat" / "stages" / "evals" / "evals.json").is_file()
+    from llmkit.course.recipe import stage_logs
+
+    base_logs = stage_logs(tmp_path / "base", recipe=path)  # recipe order; tokenizer and corpus do not train
+    assert [name for name, _ in base_logs] == ["copy_warmup", "pretrain"]
+    assert [name for name, _ in stage_logs(tmp_path / "chat", recipe=path)] == ["sft", "dpo"]
+    assert any(r["kind"] == "eval" and "copy_accuracy" in r for r in base_logs[1][1])
     stored = load_file(str(tmp_path / "chat" / "model.safetensors"))
     assert {t.dtype for t in stored.values()} == {torch.bfloat16}
     chat, _ = load_model(tmp_path / "chat")

@@ -35,6 +35,7 @@ from llmkit.course.preferences import make_preferences
 from llmkit.course.strawberry import strawberry_task, strawberry_tasks
 from llmkit.course.entities import CopyWords, heldout_values, invent, with_fresh_entity
 from llmkit.course.recipe_stages import MODEL_KINDS, RUNNERS, chain_hashes, load_recipe, stage_logger, write_json
+from llmkit.training.checkpoint import read_log
 from llmkit.training.config import FinetuneConfig
 
 DATA_FORMATS = "'chat' or 'strawberry:<direct|spelled|tool|spell>'"
@@ -130,7 +131,6 @@ def finetune_chat(stage: str, cfg: ChatFinetuneConfig, *, resume: bool = False, 
 
 def main(argv: list[str] | None = None) -> None:
     """``llmkit finetune sft|dpo --config FILE``: one fine-tuning stage on the course examples."""
-    from llmkit.training.checkpoint import read_log
 
     parser = argparse.ArgumentParser(prog="llmkit finetune",
                                      description="Fine-tune a model: SFT on conversations, or DPO on preference pairs.")
@@ -262,6 +262,24 @@ def _ship_one(weights: Path, target: Path, stage_folders: list[Path]) -> Path:
             if (folder / file).is_file():
                 shutil.copyfile(folder / file, target / "stages" / folder.name / file)
     return target
+
+
+def stage_logs(model_dir: str | Path, recipe: str | Path | None = None) -> list[tuple[str, list[dict]]]:
+    """The training logs a shipped model came from, in recipe order: ``[(stage name, records), ...]``.
+
+    ``--ship`` put each stage's ``train_log.jsonl`` under ``<model_dir>/stages/<stage>/``; the
+    order comes from the recipe (by default ``recipe.json`` beside the model folder, the one it
+    shipped from). Stages that do not train (tokenizer, corpus, evals) have no log and are left out.
+    """
+    model_dir = Path(model_dir)
+    recipe_path = Path(recipe) if recipe is not None else model_dir.parent / "recipe.json"
+    stages = model_dir / "stages"
+    if not stages.is_dir():
+        raise FileNotFoundError(f"{model_dir} has no stages/ folder: ship it with "
+                                f"`python -m llmkit recipe {recipe_path} --ship {model_dir.name}`")
+    names = [stage["name"] for stage in load_recipe(recipe_path)["stages"]]
+    return [(name, read_log(stages / name / "train_log.jsonl")) for name in names
+            if (stages / name / "train_log.jsonl").is_file()]
 
 
 def recipe_main(argv: list[str] | None = None) -> int:
