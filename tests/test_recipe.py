@@ -194,3 +194,13 @@ def test_a_probe_with_an_unknown_setting_is_refused():
 
     with pytest.raises(ValueError, match="per_kid"):
         skill_probe(None, {"per_kid": 3})
+
+
+def test_a_pretrain_stage_reads_the_corpus_mix_or_shakespeare_alone(tmp_path):
+    from llmkit.course.recipe_stages import train_text_path
+    from llmkit.paths import data_path
+
+    assert train_text_path("corpus", tmp_path) == tmp_path / "corpus" / "train.txt"
+    assert train_text_path("shakespeare", tmp_path) == data_path("corpus", "train.txt")
+    with pytest.raises(ValueError, match="'corpus', 'shakespeare'.*'poems'"):
+        train_text_path("poems", tmp_path)

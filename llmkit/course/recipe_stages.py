@@ -132,15 +132,29 @@ def run_corpus(settings: dict, folder: Path, log: logging.Logger, **_) -> dict:
     return figures
 
 
+TRAIN_TEXTS = ("corpus", "shakespeare")
+
+
+def train_text_path(name: str, out: Path) -> Path:
+    """The text a pretrain stage reads: the corpus stage's mix, or Shakespeare's plays alone
+    (``data/corpus/train.txt``, for a closing anneal on the text the held-out score is measured on)."""
+    if name == "corpus":
+        return out / "corpus" / "train.txt"
+    if name == "shakespeare":
+        return data_path("corpus", "train.txt")
+    raise ValueError(f"train_text must be one of {', '.join(map(repr, TRAIN_TEXTS))}, got {name!r}")
+
+
 def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path, device: str | None,
                  stop_at_step: int | None, progress: bool, **_) -> dict | None:
     from llmkit.training.config import TrainConfig
     from llmkit.training.data import load_tokens
     from llmkit.training.train import bits_per_byte, train
 
-    values = {**settings, "tokenizer": str(out / "tokenizer" / "tokenizer.json"),
-              "train_corpus": str(out / "corpus" / "train.txt"), "heldout_corpus": str(out / "corpus" / "heldout.txt"),
-              "out_dir": str(folder)}
+    settings = dict(settings)
+    train_file = train_text_path(settings.pop("train_text", "corpus"), out)
+    values = {**settings, "tokenizer": str(out / "tokenizer" / "tokenizer.json"), "train_corpus": str(train_file),
+              "heldout_corpus": str(out / "corpus" / "heldout.txt"), "out_dir": str(folder)}
     if settings.get("grow_from"):  # the name of an earlier pretrain stage: start from its model, grown
         values["grow_from"] = str(out / settings["grow_from"] / "model")
     if device:
