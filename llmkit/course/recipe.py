@@ -35,6 +35,7 @@ from llmkit.course.preferences import make_preferences
 from llmkit.course.strawberry import strawberry_task, strawberry_tasks
 from llmkit.course.entities import CopyWords, heldout_values, invent, with_fresh_entity
 from llmkit.course.recipe_stages import MODEL_KINDS, RUNNERS, chain_hashes, load_recipe, stage_logger, write_json
+from llmkit.files import atomic_copy
 from llmkit.training.checkpoint import read_log
 from llmkit.training.config import FinetuneConfig
 
@@ -255,12 +256,12 @@ def _ship_one(weights: Path, target: Path, stage_folders: list[Path]) -> Path:
     shutil.rmtree(target / "stages", ignore_errors=True)
     target.mkdir(parents=True, exist_ok=True)
     for file in sorted(weights.iterdir()):
-        shutil.copyfile(file, target / file.name)
+        atomic_copy(file, target / file.name)
     for folder in stage_folders:
         (target / "stages" / folder.name).mkdir(parents=True)
         for file in STAGE_FILES:
             if (folder / file).is_file():
-                shutil.copyfile(folder / file, target / "stages" / folder.name / file)
+                atomic_copy(folder / file, target / "stages" / folder.name / file)
     return target
 
 
