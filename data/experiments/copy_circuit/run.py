@@ -12,7 +12,7 @@ and the step count changed. The last row is the recipe's answer: a 2-layer model
 practised copying, grown to 6 layers (``llmkit.model.grow``: the new blocks start as identities).
 
     python data/experiments/copy_circuit/run.py            # every row (about 75 minutes on 2 cores)
-    python data/experiments/copy_circuit/run.py --quick    # 2 small rows, 100 steps (a few minutes)
+    python data/experiments/copy_circuit/run.py --quick    # 2 small rows, 100 steps (about 20 s)
 
 Each run trains under ``--work`` (default ``runs/experiments/copy_circuit``, outside git) and
 resumes from its checkpoint when interrupted; a finished run is not trained again. The table and
@@ -24,7 +24,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
@@ -51,12 +50,13 @@ QUICK_RUNS = [("2x64", 2, 64, 2, 100, None), ("4x64", 4, 64, 2, 100, None)]
 
 def run_config(name: str, layers: int, width: int, heads: int, steps: int, grown_from: str | None,
                work: Path, tokenizer: str) -> TrainConfig:
-    """The recipe's copy_warmup config with this row's shape, steps and output folder."""
-    base = TrainConfig.from_json(RECIPE_CONFIG)
-    model = {**base.model, "n_layers": layers, "d_model": width, "n_heads": heads, "n_kv_heads": heads}
-    return replace(base, model=model, max_steps=steps, eval_every=50, checkpoint_every=50, log_every=25,
-                   tokenizer=tokenizer, heldout_corpus=str(heldout_slice(work)), out_dir=str(work / name),
-                   grow_from=str(work / grown_from / "model") if grown_from else None, device="cpu")
+    """The recipe's copy_warmup config with this row's shape, steps and output folder (checked like any config)."""
+    model = {**TrainConfig.from_json(RECIPE_CONFIG).model, "n_layers": layers, "d_model": width, "n_heads": heads,
+             "n_kv_heads": heads}
+    return TrainConfig.from_json(
+        RECIPE_CONFIG, model=model, max_steps=steps, eval_every=50, checkpoint_every=50, log_every=25,
+        tokenizer=tokenizer, heldout_corpus=str(heldout_slice(work)), out_dir=str(work / name),
+        grow_from=str(work / grown_from / "model") if grown_from else None, device="cpu")
 
 
 def heldout_slice(work: Path) -> Path:
@@ -79,7 +79,7 @@ def train_row(cfg: TrainConfig) -> float:
     return time.perf_counter() - start
 
 
-def summary(name: str, cfg: TrainConfig, seconds: float) -> dict:
+def summary(cfg: TrainConfig, seconds: float) -> dict:
     """The row's curve and its headline: the first step at which copy accuracy passed 0.5."""
     log = read_log(Path(cfg.out_dir) / "train_log.jsonl")
     evals = [r for r in log if r["kind"] == "eval"]
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     for row in QUICK_RUNS if args.quick else RUNS:
         cfg = run_config(*row, work=work, tokenizer=args.tokenizer)
         seconds = train_row(cfg)
-        results[row[0]] = summary(row[0], cfg, seconds)
+        results[row[0]] = summary(cfg, seconds)
         print(f"{row[0]:<12} loss {results[row[0]]['final_loss']:.2f}  copy accuracy "
               f"{results[row[0]]['final_copy_accuracy']:.2f}  above 0.5 at step {results[row[0]]['copy_above_half_at']}",
               flush=True)
