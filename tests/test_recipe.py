@@ -116,6 +116,41 @@ def test_shipping_copies_the_bf16_models_and_their_stage_logs(built, tmp_path):
         assert torch.equal(value, trained.state_dict()[name].to(torch.bfloat16).float())
 
 
+def test_a_fresh_checkout_restores_the_shipped_base_and_fine_tunes_from_it(built, tmp_path):
+    """runs/ is gone (a new checkout): the stages of the shipped base come back from data/models/base,
+    and the chat stages run, starting from exactly the weights that ship."""
+    import torch
+
+    from llmkit.course.recipe import ship_models
+
+    folder, path, *_ = built
+    models = tmp_path / "models"
+    ship_models(path, models_dir=models, names=["base"])
+    fresh = tmp_path / "fresh"
+    outcome = run_recipe(path, out_dir=str(fresh), models_dir=models, stop_after="sft", progress=False)
+    assert outcome == {"tokenizer": "restored", "corpus": "restored", "copy_warmup": "restored",
+                       "pretrain": "restored", "sft": "done"}
+    for stage in ("tokenizer", "pretrain"):
+        assert (fresh / stage / "done.json").read_text() == (folder / "runs" / stage / "done.json").read_text()
+    assert "from " + str(fresh / "pretrain" / "shipped") in (fresh / "sft" / "stage.log").read_text()
+    restored, _ = load_model(fresh / "pretrain" / "shipped")
+    shipped, _ = load_model(models / "base")
+    assert all(torch.equal(restored.state_dict()[k], v) for k, v in shipped.state_dict().items())
+    # the original run fine-tuned from the same shipped copy, so both runs' SFT started alike
+    assert "from " + str(folder / "runs" / "pretrain" / "shipped") in (folder / "runs" / "sft" / "stage.log").read_text()
+
+
+def test_a_shipped_model_from_other_configs_is_not_restored(built, tmp_path):
+    from llmkit.course.recipe import ship_models
+
+    folder, path, *_ = built
+    ship_models(path, models_dir=tmp_path / "models", names=["base"])
+    changed = write_recipe(tmp_path, {**TINY, "pretrain": {**TINY["pretrain"], "max_steps": 3}})
+    outcome = run_recipe(changed, out_dir=str(tmp_path / "fresh"), models_dir=tmp_path / "models",
+                         stop_after="corpus", progress=False)
+    assert outcome == {"tokenizer": "done", "corpus": "done"}  # trained again, not restored
+
+
 def test_a_finished_recipe_is_all_skipped_and_a_changed_stage_reruns_from_there(built):
     folder, path, *_ = built
     assert set(run_recipe(path, progress=False).values()) == {"skipped"}

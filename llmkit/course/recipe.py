@@ -34,7 +34,7 @@ from llmkit.course.conversations import make_conversations, pick_letter
 from llmkit.course.preferences import make_preferences
 from llmkit.course.strawberry import strawberry_task, strawberry_tasks
 from llmkit.course.entities import CopyWords, heldout_values, invent, with_fresh_entity
-from llmkit.course.recipe_stages import MODEL_KINDS, RUNNERS, chain_hashes, load_recipe, stage_logger, write_json
+from llmkit.course.recipe_stages import MODEL_KINDS, RUNNERS, SHIPPED, chain_hashes, load_recipe, stage_logger, write_json
 from llmkit.files import atomic_copy
 from llmkit.training.checkpoint import read_log
 from llmkit.training.config import FinetuneConfig
@@ -156,12 +156,15 @@ def main(argv: list[str] | None = None) -> None:
 
 # ----------------------------------------------------------------------------------------- driver
 def run_recipe(path: str | Path, *, device: str | None = None, stop_after: str | None = None,
-               stop_at_step: int | None = None, out_dir: str | None = None, progress: bool = True) -> dict:
-    """Run every stage not yet done, in order; returns ``{stage: "done" | "skipped" | "interrupted"}``.
+               stop_at_step: int | None = None, out_dir: str | None = None, progress: bool = True,
+               models_dir: str | Path | None = None) -> dict:
+    """Run every stage not yet done, in order; returns ``{stage: "done" | "skipped" | "restored" | "interrupted"}``.
 
     ``stop_after``: stop once this stage is done. ``stop_at_step``: stop the first training stage
     that runs after that many steps, leaving a checkpoint (what an interruption leaves; for trying
-    resume). ``out_dir`` overrides the recipe's.
+    resume). ``out_dir`` overrides the recipe's. Stages of a model already shipped to ``models_dir``
+    (by default the recipe's folder, data/models/) with the same configs are restored, not rerun
+    (``restore_shipped``).
     """
     recipe = load_recipe(path)
     stages = recipe["stages"]
@@ -170,22 +173,72 @@ def run_recipe(path: str | Path, *, device: str | None = None, stop_after: str |
         raise ValueError(f"--stop-after {stop_after!r} is not a stage of {path}; its stages are {names}")
     out = Path(out_dir or recipe["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
+    restored = restore_shipped(recipe, out, Path(models_dir) if models_dir is not None else Path(path).parent)
+    ship_stages = set(recipe.get("ship", {}).values())
     outcome, model_dir = {}, None
     for stage, chain in zip(stages, chain_hashes(stages)):
         folder = out / stage["name"]
         status = _run_stage(stage, chain, folder, out=out, base=model_dir, device=device,
                             stop_at_step=stop_at_step, progress=progress)
-        outcome[stage["name"]] = status
+        outcome[stage["name"]] = "restored" if status == "skipped" and stage["name"] in restored else status
         if stage["kind"] in MODEL_KINDS:
-            model_dir = folder / "model"
+            # a stage that ships hands on the copy that ships: the chat model is fine-tuned from
+            # exactly the base model in data/models/base, whether it was just trained or restored
+            shipped = folder / SHIPPED
+            model_dir = shipped if stage["name"] in ship_stages and shipped.is_dir() else folder / "model"
         if status == "interrupted" or stage["name"] == stop_after:
             break
     return outcome
 
 
-def _run_stage(stage: dict, chain: str, folder: Path, **context) -> str:
+def restore_shipped(recipe: dict, out: Path, models_dir: Path) -> list[str]:
+    """Bring back the finished stages of models already shipped: ``[stage names restored]``.
+
+    A shipped model keeps, under ``stages/``, the ``done.json`` of every stage that made it. Where
+    each of those stages' chain hash matches the recipe's (the same configs, in the same order), the
+    stages count as done and the model is put back as the last one's ``shipped/`` copy, so a fresh
+    checkout (with ``runs/`` empty) starts at the first stage after the shipped model instead of
+    retraining it: the recipe can span several sittings. A model whose stages do not all match is
+    left alone and its stages run.
+    """
+    from llmkit.model.weights import TOKENIZER_FILE
+
+    stages, ship = recipe["stages"], recipe.get("ship", {})
+    names, chains = [s["name"] for s in stages], chain_hashes(stages)
+    restored, start = [], 0
+    for model_name, stage_name in sorted(ship.items(), key=lambda item: names.index(item[1])):
+        end = names.index(stage_name) + 1
+        segment, shipped = list(range(start, end)), models_dir / model_name
+        start = end
+        if all(_is_done(out / names[i], chains[i]) for i in segment):
+            continue
+        if not all(_is_done(shipped / "stages" / names[i], chains[i]) for i in segment):
+            break  # the shipped model was made by other configs: its stages, and every later one, run
+        if not all(_is_done(out / names[i], chains[i]) for i in range(segment[0])):
+            break  # an earlier stage is not done: the shipped model cannot count as its continuation
+        for i in segment:
+            folder = out / names[i]
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            for file in STAGE_FILES:
+                if (shipped / "stages" / names[i] / file).is_file():
+                    atomic_copy(shipped / "stages" / names[i] / file, folder / file)
+            if stages[i]["kind"] == "tokenizer":
+                atomic_copy(shipped / TOKENIZER_FILE, folder / TOKENIZER_FILE)
+            restored.append(names[i])
+        (out / stage_name / SHIPPED).mkdir()
+        for file in ("config.json", "model.safetensors", TOKENIZER_FILE):
+            atomic_copy(shipped / file, out / stage_name / SHIPPED / file)
+    return restored
+
+
+def _is_done(folder: Path, chain: str) -> bool:
     done = folder / "done.json"
-    if done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("chain") == chain:
+    return done.is_file() and json.loads(done.read_text(encoding="utf-8")).get("chain") == chain
+
+
+def _run_stage(stage: dict, chain: str, folder: Path, **context) -> str:
+    if _is_done(folder, chain):
         return "skipped"
     started = folder / "started.json"
     if folder.exists() and not (started.is_file() and json.loads(started.read_text(encoding="utf-8")).get("chain") == chain):
@@ -200,7 +253,7 @@ def _run_stage(stage: dict, chain: str, folder: Path, **context) -> str:
     if figures is None:
         log.info("stage %s interrupted after %.1f s; run the recipe again to resume", stage["name"], seconds)
         return "interrupted"
-    write_json(done, {"chain": chain, "seconds": seconds, "figures": figures})
+    write_json(folder / "done.json", {"chain": chain, "seconds": seconds, "figures": figures})
     log.info("stage %s done in %.1f s", stage["name"], seconds)
     return "done"
 
@@ -221,8 +274,6 @@ def ship_models(path: str | Path, *, out_dir: str | None = None, models_dir: str
     chat model's stages still run). Refused, naming the stage, unless every stage up to the last
     model shipped is done with the current configs: a shipped model always matches the recipe in git.
     """
-    from llmkit.course.recipe_stages import SHIPPED
-
     recipe = load_recipe(path)
     out = Path(out_dir or recipe["out_dir"])
     models = Path(models_dir) if models_dir is not None else Path(path).parent
