@@ -140,6 +140,18 @@ def test_a_fresh_checkout_restores_the_shipped_base_and_fine_tunes_from_it(built
     assert "from " + str(folder / "runs" / "pretrain" / "shipped") in (folder / "runs" / "sft" / "stage.log").read_text()
 
 
+def test_the_command_ships_to_and_restores_from_a_models_dir(built, tmp_path, capsys):
+    _, path, *_ = built
+    models = tmp_path / "staged"
+    assert recipe_main([str(path), "--ship", "base", "--models-dir", str(models)]) == 0
+    assert (models / "base" / "model.safetensors").is_file() and not (models / "chat").exists()
+    capsys.readouterr()
+    assert recipe_main([str(path), "--out-dir", str(tmp_path / "fresh"), "--models-dir", str(models),
+                        "--stop-after", "pretrain", "--no-progress"]) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed == ["tokenizer", "restored", "corpus", "restored", "copy_warmup", "restored", "pretrain", "restored"]
+
+
 def test_a_shipped_model_from_other_configs_is_not_restored(built, tmp_path):
     from llmkit.course.recipe import ship_models
 

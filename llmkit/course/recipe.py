@@ -344,17 +344,21 @@ def recipe_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-at-step", type=int, metavar="N",
                         help="stop the next training stage after N steps with a checkpoint, as an interruption would")
     parser.add_argument("--out-dir", help="override the recipe's out_dir")
+    parser.add_argument("--models-dir", help="where --ship writes the models and where finished ones are restored "
+                        "from (default: the recipe's folder, data/models/)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs still written)")
     parser.add_argument("--ship", nargs="*", metavar="MODEL", help="copy the finished models (all, or those "
                         "named, e.g. base) and their stage logs into the recipe's folder (data/models/<name>/) "
                         "instead of running")
     args = parser.parse_args(argv)
     if args.ship is not None:
-        for name, folder in ship_models(args.recipe, out_dir=args.out_dir, names=args.ship or None).items():
+        for name, folder in ship_models(args.recipe, out_dir=args.out_dir, models_dir=args.models_dir,
+                                        names=args.ship or None).items():
             print(f"{name:<16} shipped to {folder}")
         return 0
     outcome = run_recipe(args.recipe, device=args.device, stop_after=args.stop_after,
-                         stop_at_step=args.stop_at_step, out_dir=args.out_dir, progress=not args.no_progress)
+                         stop_at_step=args.stop_at_step, out_dir=args.out_dir, models_dir=args.models_dir,
+                         progress=not args.no_progress)
     for name, status in outcome.items():
         print(f"{name:<16} {status}")
     return 0
