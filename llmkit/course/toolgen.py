@@ -6,10 +6,10 @@ and, offered a learner's ``forecast(place)``, says it has no weather tool. To te
 copy the argument values from the user's words, answer from the result's values) every
 conversation here offers tools made up on the spot:
 
-- a snake_case name from a word list (``check_tide_level``, ``parcel_delay``), often with an
-  invented word in it (``check_plimbo_level``), so a name can only be copied, never remembered;
-- 0-3 parameters with varied names (``harbor``, ``target_city``, ``include_history``, sometimes an
-  invented one) and types (string, integer, number, boolean, enum);
+- a snake_case name from a word list (``check_tide_level``, ``parcel_delay``), sometimes with an
+  invented word in it, so a name can only be copied, never remembered;
+- 0-3 parameters with varied names (``harbor``, ``target_city``, ``include_history``) and types
+  (string, integer, number, boolean, enum);
 - a description in varied wording; a result that is a JSON object with varied keys, sometimes
   nested, whose values are a pure function of the arguments (a real tool that ``run_tool_call``
   runs, so evaluations run it too).
@@ -29,7 +29,7 @@ from llmkit.course.values import draw, invented_word
 
 TOOL_SPLITS = ("train", "heldout")
 TYPES = ("string", "integer", "number", "boolean", "enum")
-INVENTED_WORD_RATE = 0.35  # the share of name words (domain, measure, parameter) made up per example
+INVENTED_WORD_RATE = 0.25
 
 TOOL_WORDS = {
     "train": {
@@ -154,8 +154,6 @@ def make_param(rng: random.Random, split: str, taken: set[str]) -> Param:
             kind, options = "enum", tuple(words["enum"][base])
         else:
             base, kind, options = rng.choice(words[kind_of_type]), kind_of_type, ()
-        if kind_of_type not in ("enum", "boolean"):
-            base = _word(rng, [base], split)  # an invented name is read from the definition, not remembered
         name = f"{rng.choice(words['modifiers'])}_{base}" if rng.random() < 0.2 else base
         if name not in taken:
             return Param(name, kind_of_type, kind, name.replace("_", " "), options)
@@ -169,7 +167,7 @@ def make_tool(rng: random.Random, split: str, value_split: str | None = None, *,
         domain = _word(rng, words["domains"], split)
         if domain not in avoid:
             break
-    measure = _word(rng, words["measures"], split)
+    measure = rng.choice(words["measures"])
     verb = rng.choice(words["verbs"])
     name = rng.choice([f"{verb}_{domain}_{measure}", f"{domain}_{measure}", f"{verb}_{domain}_{measure}"])
     n_params = rng.choice([0, 1, 1, 2, 2, 3]) if params is None else params
@@ -177,7 +175,7 @@ def make_tool(rng: random.Random, split: str, value_split: str | None = None, *,
     for _ in range(n_params):
         chosen.append(make_param(rng, split, {p.name for p in chosen}))
     subject = f"{domain} {measure}"
-    about = next((p.words for p in chosen if p.type != "boolean"), "request")  # "for a city", not "for a verbose"
+    about = chosen[0].words if chosen else "request"
     description = rng.choice(words["descriptions"]).format(subject=subject, param=about)
     keys = tuple(rng.sample(words["keys"], rng.randint(1, 3)))
     nest = rng.choice([None, None, rng.choice(words["keys"])])
