@@ -68,3 +68,25 @@ def test_all_types_appear_and_names_vary():
 def test_unknown_split_is_refused():
     with pytest.raises(ValueError, match="tool split"):
         make_tool(random.Random(0), "test")
+
+
+def test_skill_tools_invent_measures_and_parameter_names_and_corpus_tools_do_not():
+    import random
+
+    from llmkit.course.toolgen import TOOL_WORDS, make_tool
+
+    words = TOOL_WORDS["train"]
+    known_params = ({n for names in words["string"].values() for n in names} | set(words["integer"]) |
+                    set(words["number"]) | set(words["boolean"]) | set(words["enum"]))
+    known_params |= {f"{m}_{p}" for m in words["modifiers"] for p in set(known_params)}
+
+    def invented_shares(**options):
+        rng = random.Random(0)
+        tools = [make_tool(rng, "train", **options) for _ in range(400)]
+        measures = sum(t.subject.split()[-1] not in words["measures"] for t in tools) / len(tools)
+        params = [p.name for t in tools for p in t.params]
+        return measures, sum(p not in known_params for p in params) / len(params)
+
+    assert invented_shares() == (0.0, 0.0)  # the corpus's documents: only the domain is ever made up
+    measures, params = invented_shares(invent_every_word=True)
+    assert 0.25 < measures < 0.45 and 0.15 < params < 0.4  # strings and numbers only, so fewer params

@@ -104,8 +104,8 @@ def splits_of(split: str) -> tuple[str, str, str]:
 class _Builder:
     """The state one conversation is built with: its random stream and its three splits."""
 
-    def __init__(self, rng: random.Random, split: str):
-        self.rng, self.split = rng, split
+    def __init__(self, rng: random.Random, split: str, invent_every_word: bool = True):
+        self.rng, self.split, self.invent_every_word = rng, split, invent_every_word
         self.phrasing, self.tool_split, self.value_split = splits_of(split)
         self.pieces = TRAIN if self.phrasing == "train" else HELDOUT
         self.calls = 0
@@ -135,7 +135,7 @@ class _Builder:
                 {"role": "user", "content": [result]}], result["content"]
 
     def distractors(self, n: int, avoid: set[str], course: bool = True) -> list[Tool]:
-        tools = [make_tool(self.rng, self.tool_split, self.value_split, avoid=avoid).as_tool() for _ in range(n)]
+        tools = [make_tool(self.rng, self.tool_split, self.value_split, avoid=avoid, invent_every_word=self.invent_every_word).as_tool() for _ in range(n)]
         if course and self.rng.random() < 0.3:
             tools.append(self.rng.choice([calculator, count_letters, get_weather]))
         names, unique = set(), []
@@ -234,7 +234,7 @@ def _search_request(b: _Builder) -> Request:
 def _any_request(b: _Builder, kind: str | None = None) -> Request:
     kind = kind or b.rng.choice(["tool", "tool", "weather", "letters", "arithmetic"])
     if kind == "tool":
-        return _subject_request(b, make_tool(b.rng, b.tool_split, b.value_split))
+        return _subject_request(b, make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word))
     return {"weather": _weather_request, "letters": _letters_request, "arithmetic": _arithmetic_request,
             "search": _search_request}[kind](b)
 
@@ -290,7 +290,7 @@ def _multi(b: _Builder) -> SkillConversation:
 def _missing(b: _Builder) -> SkillConversation:
     """A request whose tool is not offered: the answer says so and holds no number."""
     if b.rng.random() < 0.7:
-        wanted = make_tool(b.rng, b.tool_split, b.value_split)
+        wanted = make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word)
         request = _subject_request(b, wanted)
         subject = wanted.subject
         offered = b.distractors(b.rng.randint(0, 4), {wanted.name, wanted.subject.split()[0]}, course=True)
@@ -344,11 +344,16 @@ BUILDERS = {"tool": lambda b: _single(b, "tool"), "weather": lambda b: _single(b
             "chitchat": _chitchat, "multi": _multi}
 
 
-def make_skill(kind: str, split: str, seed: int | str) -> SkillConversation:
-    """One conversation of ``kind`` and ``split``: a pure function of (kind, split, seed)."""
+def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True) -> SkillConversation:
+    """One conversation of ``kind`` and ``split``: a pure function of (kind, split, seed).
+
+    ``invent_every_word``: generated tools make up their measure and parameter names too, not only
+    their domain (``toolgen.make_tool``); the pretraining corpus's dialogues turn it off, so that the
+    text a finished recipe stage was built from does not change.
+    """
     if kind not in BUILDERS:
         raise ValueError(f"unknown kind {kind!r}; choose from {KINDS}")
-    return BUILDERS[kind](_Builder(random.Random(f"llmkit-skills|{kind}|{split}|{seed}"), split))
+    return BUILDERS[kind](_Builder(random.Random(f"llmkit-skills|{kind}|{split}|{seed}"), split, invent_every_word))
 
 
 def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None) -> list[SkillConversation]:

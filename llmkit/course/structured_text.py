@@ -57,7 +57,7 @@ def dialogue(rng: random.Random, split: str = "train") -> str:
     """A skill conversation as plain text (no control tokens): modern English with tools in it."""
     conversation = make_skill(rng.choice(["tool", "weather", "letters", "memory", "multi", "missing"]),
                               "train" if split == "train" else "unseen_values",
-                              rng.randrange(10**9))
+                              rng.randrange(10**9), invent_every_word=False)  # the text the recipe's corpus was built from
     lines = [f"Tool: {tool_line(t.definition())}" for t in conversation.tools]
     for message in conversation.messages:
         blocks = message["content"] if isinstance(message["content"], list) else [

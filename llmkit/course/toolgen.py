@@ -7,7 +7,9 @@ copy the argument values from the user's words, answer from the result's values)
 conversation here offers tools made up on the spot:
 
 - a snake_case name from a word list (``check_tide_level``, ``parcel_delay``), sometimes with an
-  invented word in it, so a name can only be copied, never remembered;
+  invented word in it (``check_plimbo_level``), so a name can only be copied, never remembered;
+  with ``invent_every_word`` (the skill conversations) the measure and the parameter names are
+  invented as often as the domain, so that nothing in a definition can be remembered instead of read;
 - 0-3 parameters with varied names (``harbor``, ``target_city``, ``include_history``) and types
   (string, integer, number, boolean, enum);
 - a description in varied wording; a result that is a JSON object with varied keys, sometimes
@@ -29,7 +31,8 @@ from llmkit.course.values import draw, invented_word
 
 TOOL_SPLITS = ("train", "heldout")
 TYPES = ("string", "integer", "number", "boolean", "enum")
-INVENTED_WORD_RATE = 0.25
+INVENTED_WORD_RATE = 0.25  # how often a corpus document's tool has a made-up domain word
+SKILL_INVENTED_WORD_RATE = 0.35  # how often each name word of a skill conversation's tool is made up
 
 TOOL_WORDS = {
     "train": {
@@ -137,12 +140,21 @@ def check_tool_split(split: str) -> str:
     return split
 
 
-def _word(rng: random.Random, pool: list[str], split: str) -> str:
-    return invented_word(rng, split, (1, 3)) if rng.random() < INVENTED_WORD_RATE else rng.choice(pool)
+def _word(rng: random.Random, pool: list[str], split: str, rate: float = INVENTED_WORD_RATE,
+          unlike_pools: bool = False) -> str:
+    """A word from ``pool`` or, with probability ``rate``, a made-up one (``unlike_pools``: never a
+    word of either split's pools, which the made-up syllables can spell by chance, like "year")."""
+    if rng.random() >= rate:
+        return rng.choice(pool)
+    while True:
+        word = invented_word(rng, split, (1, 3))
+        if not unlike_pools or word not in _ALL_POOL_WORDS:
+            return word
 
 
-def make_param(rng: random.Random, split: str, taken: set[str]) -> Param:
-    """One parameter of a random type whose name is not in ``taken``."""
+def make_param(rng: random.Random, split: str, taken: set[str], invent: float = 0.0) -> Param:
+    """One parameter of a random type whose name is not in ``taken``; with probability ``invent``
+    a string or number parameter gets a made-up name."""
     words = TOOL_WORDS[split]
     while True:
         kind_of_type = rng.choice(TYPES)
@@ -154,26 +166,33 @@ def make_param(rng: random.Random, split: str, taken: set[str]) -> Param:
             kind, options = "enum", tuple(words["enum"][base])
         else:
             base, kind, options = rng.choice(words[kind_of_type]), kind_of_type, ()
+        if invent and kind_of_type not in ("enum", "boolean"):
+            base = _word(rng, [base], split, invent, unlike_pools=True)
         name = f"{rng.choice(words['modifiers'])}_{base}" if rng.random() < 0.2 else base
         if name not in taken:
             return Param(name, kind_of_type, kind, name.replace("_", " "), options)
 
 
 def make_tool(rng: random.Random, split: str, value_split: str | None = None, *, avoid: set[str] = frozenset(),
-              params: int | None = None) -> GenTool:
-    """A new tool from ``split``'s word pools whose subject's first word is not in ``avoid``."""
+              params: int | None = None, invent_every_word: bool = False) -> GenTool:
+    """A new tool from ``split``'s word pools whose subject's first word is not in ``avoid``.
+
+    Without ``invent_every_word`` (the pretraining corpus's documents, whose text must not change
+    under a recipe already run) only the domain word is sometimes invented.
+    """
     words = TOOL_WORDS[check_tool_split(split)]
+    rate = SKILL_INVENTED_WORD_RATE if invent_every_word else INVENTED_WORD_RATE
     while True:
-        domain = _word(rng, words["domains"], split)
+        domain = _word(rng, words["domains"], split, rate, unlike_pools=invent_every_word)
         if domain not in avoid:
             break
-    measure = rng.choice(words["measures"])
+    measure = _word(rng, words["measures"], split, rate, True) if invent_every_word else rng.choice(words["measures"])
     verb = rng.choice(words["verbs"])
     name = rng.choice([f"{verb}_{domain}_{measure}", f"{domain}_{measure}", f"{verb}_{domain}_{measure}"])
     n_params = rng.choice([0, 1, 1, 2, 2, 3]) if params is None else params
     chosen: list[Param] = []
     for _ in range(n_params):
-        chosen.append(make_param(rng, split, {p.name for p in chosen}))
+        chosen.append(make_param(rng, split, {p.name for p in chosen}, rate if invent_every_word else 0.0))
     subject = f"{domain} {measure}"
     about = chosen[0].words if chosen else "request"
     description = rng.choice(words["descriptions"]).format(subject=subject, param=about)
@@ -221,3 +240,6 @@ def pool_words(split: str) -> set[str]:
     found |= {w for n in words["enum"] for w in n.split("_")}
     return found
 
+
+
+_ALL_POOL_WORDS = pool_words("train") | pool_words("heldout")
