@@ -21,11 +21,11 @@ TINY = {
                  "checkpoint_every": 1, "sample_tokens": 4, "device": "cpu", "threads": 1},
     "sft": {"kinds": ["chitchat", "memory", "tool"], "batch_size": 2, "max_steps": 3, "warmup_steps": 1,
             "heldout_examples": 2, "eval_every": 3, "checkpoint_every": 1, "log_every": 1, "device": "cpu",
-            "probe": {"per_kind": 1, "kinds": ["tool"], "max_tokens": 4}},
+            "probe": {"per_kind": 1, "kinds": ["tool"], "max_tokens": 4, "batch": 2}},
     "dpo": {"batch_size": 2, "max_steps": 2, "warmup_steps": 1, "heldout_examples": 2, "eval_every": 2,
             "checkpoint_every": 1, "log_every": 1, "sft_weight": 0.5, "device": "cpu"},
     "evals": {"per_kind": 1, "splits": ["seen", "unseen_phrasings_and_tools"], "kinds": ["chitchat", "tool"],
-              "max_tokens": 4},
+              "max_tokens": 4, "batch": 2},
 }
 
 

@@ -271,3 +271,21 @@ def test_answer_from_result_is_false_when_the_result_has_another_shape():
                                                 "is_error": False}]},
                   {"role": "assistant", "content": [{"type": "text", "text": "It is 7."}]}]
     assert answer_from_result(spec, transcript) is False
+
+
+def test_batched_evals_run_the_same_greedy_conversations_as_one_at_a_time(tiny_llama, tokenizer, one_thread):
+    """The evals stage runs conversations 8 at a time through the server's batching engine; on the same
+    model they must come out as the one-at-a-time harness writes them (rare last-bit near-ties aside)."""
+    from llmkit.chat.client import Client
+    from llmkit.course.skill_scores import batched_runs, run_one
+
+    client = Client.from_model(tiny_llama(tokenizer.vocab_size, context_length=1024), tokenizer)
+    specs = [s for kind in ("tool", "memory", "chitchat") for s in make_skills(3, split="seen", seed=2, kinds=[kind])]
+    alone = [run_one(client, spec, max_tokens=6) for spec in specs]
+    seen = []
+    together = batched_runs(client, specs, batch=4, max_tokens=6, progress=seen.append)
+    assert seen == list(range(1, len(specs) + 1))
+    assert sum(a == b for a, b in zip(alone, together)) >= len(specs) - 1, [a == b for a, b in zip(alone, together)]
+    assert any(len(transcript) for transcript, _ in alone)  # the tiny model did write something
+    report = evaluate_skills(client, per_kind=2, splits=("seen",), kinds=("tool", "chitchat"), max_tokens=6, batch=3)
+    assert report["seen"]["n_right_tool"] == 4 and set(report["seen"]["kinds"]) == {"tool", "chitchat"}

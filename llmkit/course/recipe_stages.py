@@ -254,7 +254,7 @@ def run_evals(settings: dict, folder: Path, log: logging.Logger, *, base: Path, 
     bar = tqdm(total=total, desc="evals", unit="conv", disable=not progress)
     report = evaluate_skills(client, per_kind=settings["per_kind"], splits=splits, kinds=kinds,
                              seed=settings.get("seed", 0), max_tokens=settings.get("max_tokens", 96),
-                             progress=lambda done: bar.update(done - bar.n))
+                             progress=lambda done: bar.update(done - bar.n), batch=settings.get("batch", 1))
     bar.close()
     write_json(folder / "evals.json", report)
     log.info("evals: %s", {s: {k: v for k, v in r.items() if not k.startswith("n_") and k != "kinds"}

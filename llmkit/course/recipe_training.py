@@ -17,7 +17,8 @@ from llmkit.course.skills import make_skills
 
 HELDOUT_SPLIT = "unseen_phrasings_and_tools"
 PROBE_DEFAULTS = {"per_kind": 4, "kinds": ["tool", "multi", "missing", "memory"],
-                  "splits": ["seen", "unseen_phrasings_and_tools"], "max_tokens": 64, "seed": 99}
+                  "splits": ["seen", "unseen_phrasings_and_tools"], "max_tokens": 64, "seed": 99,
+                  "batch": 1}  # batch > 1: that many probe conversations decode together (evaluate_skills)
 MAX_SKIPPED_SHARE = 0.5  # more examples than this too long for the context is a config error
 
 
@@ -85,7 +86,7 @@ def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
     def probe(model) -> dict:
         report = evaluate_skills(Client.from_model(model, tokenizer), per_kind=chosen["per_kind"],
                                  splits=chosen["splits"], kinds=chosen["kinds"], seed=chosen["seed"],
-                                 max_tokens=chosen["max_tokens"])
+                                 max_tokens=chosen["max_tokens"], batch=chosen["batch"])
         return {split: {k: v for k, v in scores.items() if k in SCORES} for split, scores in report.items()}
     return probe
 

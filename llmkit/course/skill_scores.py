@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import Counter, defaultdict
 
 from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments
@@ -167,23 +168,64 @@ def run_one(client, spec: SkillConversation, *, max_tokens: int = 96, max_iterat
 
 
 def evaluate_skills(client, *, per_kind: int = 100, splits=SPLITS[1:], kinds=KINDS, seed: int = 0,
-                    max_tokens: int = 96, progress=None) -> dict[str, dict]:
+                    max_tokens: int = 96, progress=None, batch: int = 1) -> dict[str, dict]:
     """Per split: the fraction of each score over ``per_kind`` conversations of each kind, and per kind.
 
     ``progress``: an optional callable given the number of conversations done, for a progress bar.
+    ``batch`` > 1 runs that many conversations at once through a batching engine over ``client``'s
+    model (``batched_runs``): several times faster on a CPU, where decoding one sequence leaves the
+    cores mostly idle. Greedy either way; a batched matmul can round the last bit of a logit
+    differently, so a near-tie may rarely go the other way.
     """
+    specs = {split: {kind: make_skills(per_kind, split=split, seed=seed, kinds=[kind]) for kind in kinds}
+             for split in splits}
+    flat = [spec for by_kind in specs.values() for kind_specs in by_kind.values() for spec in kind_specs]
+    if batch > 1:
+        outcomes = batched_runs(client, flat, batch=batch, max_tokens=max_tokens, progress=progress)
+    else:
+        outcomes = []
+        for spec in flat:
+            outcomes.append(run_one(client, spec, max_tokens=max_tokens))
+            if progress is not None:
+                progress(len(outcomes))
+    rows = iter(score(spec, *outcome) for spec, outcome in zip(flat, outcomes))
     report: dict[str, dict] = {}
-    done = 0
-    for split in splits:
-        rows, by_kind = [], defaultdict(list)
-        for kind in kinds:
-            for spec in make_skills(per_kind, split=split, seed=seed, kinds=[kind]):
-                transcript, stop = run_one(client, spec, max_tokens=max_tokens)
-                row = score(spec, transcript, stop)
-                rows.append(row)
-                by_kind[kind].append(row)
-                done += 1
-                if progress is not None:
-                    progress(done)
-        report[split] = {**fractions(rows), "kinds": {k: fractions(v) for k, v in by_kind.items()}}
+    for split, by_kind in specs.items():
+        scored = {kind: [next(rows) for _ in kind_specs] for kind, kind_specs in by_kind.items()}
+        every = [row for kind_rows in scored.values() for row in kind_rows]
+        report[split] = {**fractions(every), "kinds": {k: fractions(v) for k, v in scored.items()}}
     return report
+
+
+def batched_runs(client, specs: list[SkillConversation], *, batch: int, max_tokens: int = 96,
+                 progress=None) -> list[tuple[list[dict], str]]:
+    """``run_one`` for every spec, ``batch`` at a time: one thread per conversation, all decoding
+    together in one ``llmkit.serve.engine.Engine`` (as a server runs concurrent requests)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llmkit.chat.client import Client
+    from llmkit.serve.engine import Engine
+    from llmkit.serve.paged import block_bytes
+
+    config, block = client.model.config, 16
+    blocks_per_sequence = -(-config.context_length // block) + 1
+    kv_mb = batch * blocks_per_sequence * block_bytes(config, block, client.model.embed.weight.dtype) / 2**20
+    engine = Engine(client.model, max_batch=batch, kv_cache_mb=kv_mb, block_size=block, max_waiting=len(specs) + 1,
+                    decode_threads=None)
+    done, lock = [0], threading.Lock()
+
+    def run(spec: SkillConversation):
+        own = Client.from_model(client.model, client.tokenizer)  # one client per conversation, as a server does
+        own.token_stream = engine.stream
+        outcome = run_one(own, spec, max_tokens=max_tokens)
+        if progress is not None:
+            with lock:
+                done[0] += 1
+                progress(done[0])
+        return outcome
+
+    try:
+        with ThreadPoolExecutor(batch, thread_name_prefix="llmkit-eval") as pool:
+            return list(pool.map(run, specs))
+    finally:
+        engine.close()
