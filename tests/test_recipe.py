@@ -128,7 +128,7 @@ def test_a_fresh_checkout_restores_the_shipped_base_and_fine_tunes_from_it(built
     ship_models(path, models_dir=models, names=["base"])
     fresh = tmp_path / "fresh"
     outcome = run_recipe(path, out_dir=str(fresh), models_dir=models, stop_after="sft", progress=False)
-    assert outcome == {"tokenizer": "restored", "corpus": "restored", "copy_warmup": "restored",
+    assert outcome == {"tokenizer": "restored", "corpus": "done", "copy_warmup": "restored",
                        "pretrain": "restored", "sft": "done"}
     for stage in ("tokenizer", "pretrain"):
         assert (fresh / stage / "done.json").read_text() == (folder / "runs" / stage / "done.json").read_text()
@@ -149,7 +149,32 @@ def test_the_command_ships_to_and_restores_from_a_models_dir(built, tmp_path, ca
     assert recipe_main([str(path), "--out-dir", str(tmp_path / "fresh"), "--models-dir", str(models),
                         "--stop-after", "pretrain", "--no-progress"]) == 0
     printed = capsys.readouterr().out.split()
-    assert printed == ["tokenizer", "restored", "corpus", "restored", "copy_warmup", "restored", "pretrain", "restored"]
+    assert printed == ["tokenizer", "restored", "corpus", "done", "copy_warmup", "restored", "pretrain", "restored"]
+
+
+def test_a_later_sitting_can_train_a_shipped_base_further(built, tmp_path):
+    """Stages added after the shipped base's last one (the ship point moved to them) start from its
+    restored weights: a base can be pretrained further in another sitting."""
+    from llmkit.course.recipe import ship_models
+
+    _, path, *_ = built
+    ship_models(path, models_dir=tmp_path / "models", names=["base"])
+    recipe = json.loads(path.read_text())
+    more = {**TINY["pretrain"], "grow_from": "pretrain", "max_steps": 2, "eval_every": 2}
+    (path.parent / "stages" / "more.json").write_text(json.dumps(more))
+    recipe["stages"].insert(4, {"name": "more", "kind": "pretrain", "config": "stages/more.json"})
+    recipe["ship"]["base"] = "more"
+    longer = tmp_path / "recipe.json"
+    longer.write_text(json.dumps({**recipe, "stages": [{**s, "config": str(path.parent / s["config"])}
+                                                       for s in recipe["stages"]]}))
+    outcome = run_recipe(longer, out_dir=str(tmp_path / "fresh"), models_dir=tmp_path / "models",
+                         stop_after="more", progress=False)
+    assert outcome == {"tokenizer": "restored", "corpus": "done", "copy_warmup": "restored",
+                       "pretrain": "restored", "more": "done"}
+    log = (tmp_path / "fresh" / "more" / "stage.log").read_text()
+    assert "from pretrain's model, grown" in log
+    model, _ = load_model(tmp_path / "fresh" / "more" / "model")
+    assert model.config.context_length == TINY["pretrain"]["model"]["context_length"]
 
 
 def test_a_shipped_model_from_other_configs_is_not_restored(built, tmp_path):

@@ -198,11 +198,11 @@ def restore_shipped(recipe: dict, out: Path, models_dir: Path) -> list[str]:
     each of those stages' chain hash matches the recipe's (the same configs, in the same order), the
     stages count as done and the model is put back as the last one's ``shipped/`` copy, so a fresh
     checkout (with ``runs/`` empty) starts at the first stage after the shipped model instead of
-    retraining it: the recipe can span several sittings. A model whose stages do not all match is
-    left alone and its stages run.
+    retraining it: the recipe can span several sittings. The shipped stages may be the first part
+    of the model's stages in the recipe (stages added after them, to train it further in a later
+    sitting, then start from its weights). A model whose stages do not match is left alone and its
+    stages run.
     """
-    from llmkit.model.weights import TOKENIZER_FILE
-
     stages, ship = recipe["stages"], recipe.get("ship", {})
     names, chains = [s["name"] for s in stages], chain_hashes(stages)
     restored, start = [], 0
@@ -212,24 +212,39 @@ def restore_shipped(recipe: dict, out: Path, models_dir: Path) -> list[str]:
         start = end
         if all(_is_done(out / names[i], chains[i]) for i in segment):
             continue
-        if not all(_is_done(shipped / "stages" / names[i], chains[i]) for i in segment):
+        made = [i for i in segment if (shipped / "stages" / names[i] / "done.json").is_file()]
+        if not made or made != segment[:len(made)] or not all(_is_done(shipped / "stages" / names[i], chains[i])
+                                                              for i in made):
             break  # the shipped model was made by other configs: its stages, and every later one, run
         if not all(_is_done(out / names[i], chains[i]) for i in range(segment[0])):
             break  # an earlier stage is not done: the shipped model cannot count as its continuation
-        for i in segment:
-            folder = out / names[i]
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-            for file in STAGE_FILES:
-                if (shipped / "stages" / names[i] / file).is_file():
-                    atomic_copy(shipped / "stages" / names[i] / file, folder / file)
-            if stages[i]["kind"] == "tokenizer":
-                atomic_copy(shipped / TOKENIZER_FILE, folder / TOKENIZER_FILE)
-            restored.append(names[i])
-        (out / stage_name / SHIPPED).mkdir()
-        for file in ("config.json", "model.safetensors", TOKENIZER_FILE):
-            atomic_copy(shipped / file, out / stage_name / SHIPPED / file)
+        # the corpus is not shipped; remaking it takes seconds, and a later pretraining stage reads it
+        kept = [i for i in made if stages[i]["kind"] != "corpus"]
+        if not all(_is_done(out / names[i], chains[i]) for i in kept):
+            _restore(shipped, out, [stages[i] for i in kept])
+            restored += [names[i] for i in kept if names[i] not in restored]
+        if len(made) < len(segment):
+            break  # the model's later stages run now, from the restored weights
     return restored
+
+
+def _restore(shipped: Path, out: Path, stages: list[dict]) -> None:
+    """Put a shipped model's stages back under ``out``: their logs and done.json, its tokenizer, and
+    its weights as the last stage's ``shipped/`` copy."""
+    from llmkit.model.weights import TOKENIZER_FILE
+
+    for stage in stages:
+        folder = out / stage["name"]
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for file in STAGE_FILES:
+            if (shipped / "stages" / stage["name"] / file).is_file():
+                atomic_copy(shipped / "stages" / stage["name"] / file, folder / file)
+        if stage["kind"] == "tokenizer":
+            atomic_copy(shipped / TOKENIZER_FILE, folder / TOKENIZER_FILE)
+    (out / stages[-1]["name"] / SHIPPED).mkdir()
+    for file in ("config.json", "model.safetensors", TOKENIZER_FILE):
+        atomic_copy(shipped / file, out / stages[-1]["name"] / SHIPPED / file)
 
 
 def _is_done(folder: Path, chain: str) -> bool:

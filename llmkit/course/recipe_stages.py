@@ -156,7 +156,9 @@ def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path
     values = {**settings, "tokenizer": str(out / "tokenizer" / "tokenizer.json"), "train_corpus": str(train_file),
               "heldout_corpus": str(out / "corpus" / "heldout.txt"), "out_dir": str(folder)}
     if settings.get("grow_from"):  # the name of an earlier pretrain stage: start from its model, grown
-        values["grow_from"] = str(out / settings["grow_from"] / "model")
+        source = out / settings["grow_from"]
+        # a stage restored from a shipped model has only its shipped (bf16-rounded) copy
+        values["grow_from"] = str(source / "model" if (source / "model").is_dir() else source / SHIPPED)
     if device:
         values["device"] = device
     cfg = TrainConfig.from_dict(values, source="the pretrain stage")
