@@ -140,8 +140,9 @@ def train_text_path(name: str, out: Path) -> Path:
     (``data/corpus/train.txt``, for a closing anneal on the text the held-out score is measured on)."""
     if name == "corpus":
         return out / "corpus" / "train.txt"
-    if name == "shakespeare":
-        return data_path("corpus", "train.txt")
+    if name == "shakespeare":  # relative to the working directory when inside it: the run config ships
+        path = data_path("corpus", "train.txt")
+        return Path(os.path.relpath(path)) if path.is_relative_to(Path.cwd()) else path
     raise ValueError(f"train_text must be one of {', '.join(map(repr, TRAIN_TEXTS))}, got {name!r}")
 
 
