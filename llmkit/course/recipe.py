@@ -237,9 +237,7 @@ def _restore(shipped: Path, out: Path, stages: list[dict]) -> None:
         folder = out / stage["name"]
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        for file in STAGE_FILES:
-            if (shipped / "stages" / stage["name"] / file).is_file():
-                atomic_copy(shipped / "stages" / stage["name"] / file, folder / file)
+        copy_stage_files(shipped / "stages" / stage["name"], folder)
         if stage["kind"] == "tokenizer":
             atomic_copy(shipped / TOKENIZER_FILE, folder / TOKENIZER_FILE)
     (out / stages[-1]["name"] / SHIPPED).mkdir()
@@ -325,10 +323,15 @@ def _ship_one(weights: Path, target: Path, stage_folders: list[Path]) -> Path:
         atomic_copy(file, target / file.name)
     for folder in stage_folders:
         (target / "stages" / folder.name).mkdir(parents=True)
-        for file in STAGE_FILES:
-            if (folder / file).is_file():
-                atomic_copy(folder / file, target / "stages" / folder.name / file)
+        copy_stage_files(folder, target / "stages" / folder.name)
     return target
+
+
+def copy_stage_files(source: Path, target: Path) -> None:
+    """Copy a stage's record (``STAGE_FILES`` that exist) between a run folder and a shipped model."""
+    for file in STAGE_FILES:
+        if (source / file).is_file():
+            atomic_copy(source / file, target / file)
 
 
 def stage_logs(model_dir: str | Path, recipe: str | Path | None = None) -> list[tuple[str, list[dict]]]:
