@@ -95,8 +95,13 @@ def test_shipping_copies_the_bf16_models_and_their_stage_logs(built, tmp_path):
     from llmkit.course.recipe import ship_models
 
     folder, path, *_ = built
+    (tmp_path / "chat" / "old_stage").mkdir(parents=True)  # what a previous chat model left behind
+    (tmp_path / "chat" / "sft9_log.jsonl").write_text("{}\n")
+    (tmp_path / "chat" / "README.md").write_text("the chat model\n")
     shipped = ship_models(path, models_dir=tmp_path)
     assert set(shipped) == {"base", "chat"}
+    assert sorted(p.name for p in (tmp_path / "chat").iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                                     "stages", "tokenizer.json"]
     assert sorted(p.name for p in (tmp_path / "base" / "stages").iterdir()) == ["copy_warmup", "corpus", "pretrain",
                                                                                  "tokenizer"]
     assert sorted(p.name for p in (tmp_path / "chat" / "stages").iterdir()) == ["dpo", "evals", "sft"]

@@ -313,11 +313,20 @@ def ship_models(path: str | Path, *, out_dir: str | None = None, models_dir: str
     return shipped
 
 
+KEPT_ON_SHIP = ("README.md",)  # written by hand, so shipping leaves it (and says it may need updating)
+
+
 def _ship_one(weights: Path, target: Path, stage_folders: list[Path]) -> Path:
-    """Replace ``target``'s model files and ``stages/`` with ``weights``' files and those stages' logs."""
-    for old in ("config.json", "model.safetensors", "tokenizer.json"):
-        (target / old).unlink(missing_ok=True)
-    shutil.rmtree(target / "stages", ignore_errors=True)
+    """Replace everything in ``target`` but its README with ``weights``' files and those stages' logs.
+
+    Files a previous model left (an older run's logs or measurements) are removed, not kept beside
+    the new weights: a notebook that still read them would show the old model's figures as the new one's.
+    """
+    if target.is_dir():
+        for old in sorted(target.iterdir()):
+            if old.name in KEPT_ON_SHIP:
+                continue
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
     target.mkdir(parents=True, exist_ok=True)
     for file in sorted(weights.iterdir()):
         atomic_copy(file, target / file.name)
@@ -373,6 +382,8 @@ def recipe_main(argv: list[str] | None = None) -> int:
         for name, folder in ship_models(args.recipe, out_dir=args.out_dir, models_dir=args.models_dir,
                                         names=args.ship or None).items():
             print(f"{name:<16} shipped to {folder}")
+            if (folder / "README.md").is_file():
+                print(f"{'':<16} {folder / 'README.md'} was kept: make it describe the model just shipped")
         return 0
     outcome = run_recipe(args.recipe, device=args.device, stop_after=args.stop_after,
                          stop_at_step=args.stop_at_step, out_dir=args.out_dir, models_dir=args.models_dir,
