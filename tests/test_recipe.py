@@ -242,6 +242,22 @@ def test_the_shipped_recipe_loads_with_a_1024_context():
     assert stages[recipe["ship"]["base"]]["settings"]["model"]["context_length"] >= 1024
 
 
+def test_every_committed_model_stage_was_made_with_the_configs_in_git():
+    """A later sitting restores a committed model's stages only where its chain hashes match the
+    recipe's; a config edited after the model was shipped would silently make it retrain them."""
+    from llmkit.paths import data_path
+
+    recipe = load_recipe(data_path("models", "recipe.json"))
+    chains = dict(zip([s["name"] for s in recipe["stages"]], chain_hashes(recipe["stages"])))
+    records = sorted(data_path("models").glob("**/stages/*/done.json"))
+    assert records, "no committed model carries its stages"
+    for done in records:
+        stage = done.parent.name
+        assert json.loads(done.read_text(encoding="utf-8"))["chain"] == chains[stage], (
+            f"{done.relative_to(data_path())}: made with other configs than data/models/recipe/ has for "
+            f"{stage} or a stage before it; rerun the recipe from the changed stage and ship again")
+
+
 def test_the_shipped_pretraining_grows_from_a_shallow_copier_through_models_it_can_grow_from():
     from llmkit.model.grow import growable
     from llmkit.paths import data_path
