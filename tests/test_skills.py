@@ -289,3 +289,45 @@ def test_batched_evals_run_the_same_greedy_conversations_as_one_at_a_time(tiny_l
     assert any(len(transcript) for transcript, _ in alone)  # the tiny model did write something
     report = evaluate_skills(client, per_kind=2, splits=("seen",), kinds=("tool", "chitchat"), max_tokens=6, batch=3)
     assert report["seen"]["n_right_tool"] == 4 and set(report["seen"]["kinds"]) == {"tool", "chitchat"}
+
+
+class _Oracle:
+    """A stand-in model whose logits pick ``target``'s next token, or any other token when ``wrong``."""
+
+    def __init__(self, target: list[int], vocab: int, wrong: bool = False):
+        import torch
+
+        self.target, self.vocab, self.wrong, self._weight = target, vocab, wrong, torch.zeros(1)
+
+    def parameters(self):
+        return iter([self._weight])
+
+    def __call__(self, ids):
+        import torch
+
+        length = ids.shape[1]
+        assert ids[0].tolist() == self.target[:length]  # the prefix is the rendered conversation
+        logits = torch.zeros(1, length, self.vocab)
+        for i in range(length):
+            nxt = self.target[i + 1] if i + 1 < len(self.target) else 0
+            logits[0, i, (nxt + 1) % self.vocab if self.wrong else nxt] = 1.0
+        return logits
+
+
+def test_tool_name_choice_is_one_for_a_model_that_predicts_the_name_and_zero_for_one_that_does_not(tokenizer):
+    from llmkit.course.skill_scores import _first_call_name_positions, tool_name_choice
+
+    spec = make_skills(1, split="unseen_phrasings_and_tools", seed=4, kinds=["tool"])[0]
+    ids = spec.render(tokenizer).ids
+    name = spec.expected.calls[0][0]
+    positions = _first_call_name_positions(tokenizer, ids, ids.index(tokenizer.special_tokens["<|tool_call|>"]),
+                                           name)
+    spelled = b"".join(tokenizer.token_bytes(ids[p]) for p in positions)
+    assert name.encode() + b'"' in spelled and len(spelled) <= len(name) + 12  # the name, its quotes, little else
+    good = tool_name_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer, [spec])
+    bad = tool_name_choice(_Oracle(ids, tokenizer.vocab_size, wrong=True), tokenizer, [spec])
+    assert (good["right"], bad["right"], good["n"]) == (1.0, 0.0, 1)
+    assert good["chance"] == pytest.approx(1 / len(spec.tools))
+    with pytest.raises(ValueError, match="calls a tool"):
+        tool_name_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer,
+                         make_skills(1, split="seen", seed=0, kinds=["chitchat"]))

@@ -229,3 +229,45 @@ def batched_runs(client, specs: list[SkillConversation], *, batch: int, max_toke
             return list(pool.map(run, specs))
     finally:
         engine.close()
+
+
+def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, float | int]:
+    """Teacher-forced: how often the model writes the first call's whole tool name right.
+
+    Every token before the name is given (the prompt, ``<|tool_call|>{"name": "``), so this is the
+    choice of tool alone, with no earlier mistake to blame; greedy decoding can only do worse.
+    ``chance`` is what picking one of the offered tools at random would score: a model at or below
+    it has not learned to read the tool list, whatever its loss says.
+    """
+    import torch
+
+    marker = tokenizer.special_tokens["<|tool_call|>"]
+    right, chance, n = 0, 0.0, 0
+    for spec in specs:
+        if not spec.expected.calls:
+            continue
+        ids = spec.render(tokenizer).ids
+        name_ids = _first_call_name_positions(tokenizer, ids, ids.index(marker), spec.expected.calls[0][0])
+        with torch.no_grad():
+            logits = model(torch.tensor([ids[: name_ids[-1] + 1]], device=next(model.parameters()).device))[0]
+        right += all(int(logits[i - 1].argmax()) == ids[i] for i in name_ids)
+        chance += 1 / len(spec.tools)
+        n += 1
+    if n == 0:
+        raise ValueError("none of these conversations calls a tool; use tool-calling kinds such as 'tool'")
+    return {"right": right / n, "chance": chance / n, "n": n}
+
+
+def _first_call_name_positions(tokenizer, ids: list[int], marker_at: int, name: str) -> list[int]:
+    """Positions of the tokens that spell ``name`` (and its closing quote) after ``<|tool_call|>``."""
+    opening = b'{"name": "'
+    start, end = len(opening), len(opening) + len(name.encode("utf-8")) + 1  # bytes of the call text
+    positions, offset = [], 0
+    for position in range(marker_at + 1, len(ids)):
+        piece = tokenizer.token_bytes(ids[position])
+        if offset < end and offset + len(piece) > start:
+            positions.append(position)
+        offset += len(piece)
+        if offset >= end:
+            return positions
+    raise ValueError(f"the rendered call does not spell {name!r}")
