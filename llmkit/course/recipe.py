@@ -326,7 +326,10 @@ def _ship_one(weights: Path, target: Path, stage_folders: list[Path]) -> Path:
         for old in sorted(target.iterdir()):
             if old.name in KEPT_ON_SHIP:
                 continue
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
+            if old.is_dir():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
     target.mkdir(parents=True, exist_ok=True)
     for file in sorted(weights.iterdir()):
         atomic_copy(file, target / file.name)

@@ -15,7 +15,8 @@ copy when no tool is needed), so a fraction is taken over the conversations a sc
 - ``no_invention``: asked for what no offered tool gives, no number the user did not write;
 - ``memory``: the final text holds the name the user gave, exactly.
 
-``evaluate_skills`` runs a model through ``Client`` + ``run_agent`` greedily on each split.
+``evaluate_skills`` runs a model through ``Client`` + ``run_agent`` greedily on each split;
+``tool_name_choice`` measures the choice of tool alone, teacher-forced, beside chance.
 """
 from __future__ import annotations
 
@@ -235,7 +236,7 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
     """Teacher-forced: how often the model writes the first call's whole tool name right.
 
     Every token before the name is given (the prompt, ``<|tool_call|>{"name": "``), so this is the
-    choice of tool alone, with no earlier mistake to blame; greedy decoding can only do worse.
+    choice of tool alone, with no earlier mistake to blame (in use the model must also get there).
     ``chance`` is what picking one of the offered tools at random would score: a model at or below
     it has not learned to read the tool list, whatever its loss says.
     """
