@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmkit.tokens import bpe
-from llmkit.tokens.pattern import GPT2_PATTERN, GPT4_PATTERN, resolve_pattern
+from llmkit.tokens.pattern import GPT2_PATTERN, GPT4_PATTERN, SPACED_PATTERN, resolve_pattern
 from llmkit.paths import data_path
 
 
@@ -63,7 +63,7 @@ def test_every_occurrence_of_a_chunk_counts():
 
 def test_count_chunks_counts_what_split_chunks_cuts():
     documents = ["the cat sat, the cat ran.\n\n", "", "dog's 12345 days"]
-    for pattern in (GPT4_PATTERN, GPT2_PATTERN, None):
+    for pattern in (GPT4_PATTERN, GPT2_PATTERN, SPACED_PATTERN, None):
         chunks = bpe.split_chunks(documents, pattern)
         assert "".join(chunks) == "".join(documents)  # nothing lost, in order
         assert bpe.count_chunks(documents, pattern) == Counter(chunks)

@@ -194,7 +194,7 @@ def test_the_split_pattern_needs_rewriting_for_oniguruma():
         oniguruma_pattern(r"(ab){1,3}+")
 
 
-@pytest.mark.parametrize("pattern", ["gpt2", None])
+@pytest.mark.parametrize("pattern", ["gpt2", "spaced", None])
 def test_other_patterns_encode_the_same(pattern):
     tokenizer = Tokenizer.train(HELDOUT[:30_000], 400, pattern=pattern, special_tokens=["<|endoftext|>"])
     theirs = hf_tokenizer_of(tokenizer)

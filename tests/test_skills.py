@@ -331,3 +331,27 @@ def test_tool_name_choice_is_one_for_a_model_that_predicts_the_name_and_zero_for
     with pytest.raises(ValueError, match="calls a tool"):
         tool_name_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer,
                          make_skills(1, split="seen", seed=0, kinds=["chitchat"]))
+
+
+def test_argument_copy_sorts_values_by_whether_the_prompt_spells_them_in_the_same_tokens():
+    """With GPT-4's pre-split a word the user typed after a space is other tokens than the same word in
+    the call's JSON string; with the course's ``spaced`` pattern it is the same tokens."""
+    from llmkit.course.skill_scores import argument_copy
+    from llmkit.tokens.tokenizer import COURSE_SPECIAL_TOKENS
+
+    specs = [s for s in make_skills(6, split="seen", seed=2, kinds=["letters"]) if s.expected.calls]
+    documents = [m["content"] for s in make_skills(60, split="seen", seed=9) for m in s.prompt
+                 if isinstance(m["content"], str)]
+    gpt4, spaced = (Tokenizer.train(documents, 600, pattern=p, special_tokens=COURSE_SPECIAL_TOKENS)
+                    for p in ("gpt4", "spaced"))
+    for spec in specs:
+        for tok in (gpt4, spaced):
+            ids = spec.render(tok).ids
+            good = argument_copy(_Oracle(ids, tok.vocab_size), tok, [spec])
+            bad = argument_copy(_Oracle(ids, tok.vocab_size, wrong=True), tok, [spec])
+            assert good["in_prompt"]["n"] + good["respelled"]["n"] == 2  # the word and the letter
+            assert all(g["right"] == 1.0 for g in good.values() if g["n"])
+            assert all(g["right"] == 0.0 for g in bad.values() if g["n"])
+        # the word follows a space in the question: other tokens under GPT-4's split, the same under ours
+        assert argument_copy(_Oracle(spec.render(gpt4).ids, gpt4.vocab_size), gpt4, [spec])["respelled"]["n"] >= 1
+        assert argument_copy(_Oracle(spec.render(spaced).ids, spaced.vocab_size), spaced, [spec])["in_prompt"]["n"] == 2

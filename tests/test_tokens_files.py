@@ -158,10 +158,31 @@ def test_a_capturing_group_is_refused_with_the_fix():
 
 
 def test_the_named_patterns_pass_every_probe_quickly():
-    for name in ("gpt4", "gpt2"):
+    for name in ("gpt4", "gpt2", "spaced"):
         split = splitter(name)
         for probe in BACKTRACK_PROBES:
             assert "".join(split(probe)) == probe
+
+
+@settings(max_examples=60, deadline=None)
+@given(word=st.text(alphabet="abcxyzéßΩ", min_size=1, max_size=12),
+       before=st.sampled_from([" ", '"', "_", "(", "\n", " '", "", "  "]), after=st.sampled_from([" ", '"', "_", "?", ""]))
+def test_the_spaced_pattern_cuts_a_word_the_same_whatever_stands_beside_it(word, before, after):
+    """The course pattern's point: " Pune", '"Pune"' and "get_Pune" all hold the chunk "Pune"."""
+    chunks = splitter("spaced")(before + word + after)
+    assert "".join(chunks) == before + word + after
+    assert word in chunks
+    gpt4 = splitter("gpt4")(" " + word)
+    assert gpt4 == [" " + word]  # where GPT-4's pattern gives the word its space
+
+
+def test_a_spaced_tokenizer_encodes_a_word_as_the_same_tokens_in_a_sentence_a_json_string_and_a_name():
+    text = "Will it rain in Bishkek? {\"city\": \"Bishkek\"} get_Bishkek_forecast Bishkek " * 20
+    tokenizer = Tokenizer.train([text], 270, pattern="spaced")
+    word = tokenizer.encode_ordinary("Bishkek")
+    for context in (" Bishkek", '"Bishkek"', "_Bishkek_"):
+        ids = tokenizer.encode_ordinary(context)
+        assert any(ids[i:i + len(word)] == word for i in range(len(ids))), context
 
 
 # ------------------------------------------------------------------ saving

@@ -105,7 +105,8 @@ def run_tokenizer(settings: dict, folder: Path, log: logging.Logger, **_) -> dic
     docs += documents(settings["structured_documents"], seed=settings.get("seed", 0))
     log.info("training a %d-token vocabulary on %d documents (%d chars)", settings["vocab_size"], len(docs),
              sum(map(len, docs)))
-    tokenizer = Tokenizer.train(docs, settings["vocab_size"], pattern="gpt4", special_tokens=COURSE_SPECIAL_TOKENS,
+    tokenizer = Tokenizer.train(docs, settings["vocab_size"], pattern=settings.get("pattern", "gpt4"),
+                                special_tokens=COURSE_SPECIAL_TOKENS,
                                 progress=settings.get("progress", True))
     tokenizer.save(folder / "tokenizer.json")
     sample = documents(50, seed=10**6)

@@ -16,7 +16,8 @@ copy when no tool is needed), so a fraction is taken over the conversations a sc
 - ``memory``: the final text holds the name the user gave, exactly.
 
 ``evaluate_skills`` runs a model through ``Client`` + ``run_agent`` greedily on each split;
-``tool_name_choice`` measures the choice of tool alone, teacher-forced, beside chance.
+``tool_name_choice`` measures the choice of tool alone, teacher-forced, beside chance, and
+``argument_copy`` the copying of argument values, split by whether their tokens occur in the prompt.
 """
 from __future__ import annotations
 
@@ -259,10 +260,60 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
     return {"right": right / n, "chance": chance / n, "n": n}
 
 
-def _first_call_name_positions(tokenizer, ids: list[int], marker_at: int, name: str) -> list[int]:
-    """Positions of the tokens that spell ``name`` (and its closing quote) after ``<|tool_call|>``."""
-    opening = b'{"name": "'
-    start, end = len(opening), len(opening) + len(name.encode("utf-8")) + 1  # bytes of the call text
+def argument_copy(model, tokenizer, specs: list[SkillConversation]) -> dict[str, dict[str, float | int]]:
+    """Teacher-forced: how often the model writes each argument value of the first call right.
+
+    Every token before the value is given, so this is copying alone. The values are split in two:
+    ``in_prompt``, whose tokens (as the call spells them) occur in that order in the prompt, so a
+    model can copy them token by token; and ``respelled``, which the prompt has in other tokens
+    (" Pune" after a space, "Pune" after a quote), so copying them means knowing that two token
+    sequences spell the same letters. True/false values are left out: the user never writes them.
+    """
+    import torch
+
+    marker = tokenizer.special_tokens["<|tool_call|>"]
+    counts = {"in_prompt": [0, 0], "respelled": [0, 0]}
+    for spec in specs:
+        if not spec.expected.calls:
+            continue
+        ids = spec.render(tokenizer).ids
+        at = ids.index(marker)
+        name, arguments = spec.expected.calls[0]
+        with torch.no_grad():
+            logits = model(torch.tensor([ids], device=next(model.parameters()).device))[0]
+        for start, end in _argument_value_bytes(name, arguments):
+            positions = _call_token_positions(tokenizer, ids, at, start, end)
+            value_ids = ids[positions[0]:positions[-1] + 1]
+            group = "in_prompt" if _occurs_in(ids[:at], value_ids) else "respelled"
+            counts[group][0] += all(int(logits[i - 1].argmax()) == ids[i] for i in positions)
+            counts[group][1] += 1
+    return {group: {"right": right / n if n else float("nan"), "n": n} for group, (right, n) in counts.items()}
+
+
+def _argument_value_bytes(name: str, arguments: dict) -> list[tuple[int, int]]:
+    """Byte spans, in the call's text, of each non-boolean value (a string without its quotes)."""
+    def dumps(value) -> str:
+        return json.dumps(value, ensure_ascii=False)  # as the chat template writes a call
+
+    text = dumps({"name": name, "input": arguments}).encode("utf-8")
+    spans, offset = [], text.index(b'"input": ')
+    for key, value in arguments.items():
+        written = (dumps(key) + ": " + dumps(value)).encode("utf-8")
+        offset = text.index(written, offset)
+        start, end = offset + len(dumps(key).encode("utf-8")) + 2, offset + len(written)
+        offset = end
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            continue
+        spans.append((start + 1, end - 1) if isinstance(value, str) else (start, end))
+    return spans
+
+
+def _occurs_in(haystack: list[int], needle: list[int]) -> bool:
+    return any(haystack[i:i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+
+
+def _call_token_positions(tokenizer, ids: list[int], marker_at: int, start: int, end: int) -> list[int]:
+    """Positions of the tokens after ``<|tool_call|>`` that cover bytes ``start:end`` of the call's text."""
     positions, offset = [], 0
     for position in range(marker_at + 1, len(ids)):
         piece = tokenizer.token_bytes(ids[position])
@@ -271,4 +322,14 @@ def _first_call_name_positions(tokenizer, ids: list[int], marker_at: int, name: 
         offset += len(piece)
         if offset >= end:
             return positions
-    raise ValueError(f"the rendered call does not spell {name!r}")
+    raise ValueError(f"the rendered call is shorter than byte {end}")
+
+
+def _first_call_name_positions(tokenizer, ids: list[int], marker_at: int, name: str) -> list[int]:
+    """Positions of the tokens that spell ``name`` (and its closing quote) after ``<|tool_call|>``."""
+    opening = b'{"name": "'
+    start = len(opening)
+    try:
+        return _call_token_positions(tokenizer, ids, marker_at, start, start + len(name.encode("utf-8")) + 1)
+    except ValueError:
+        raise ValueError(f"the rendered call does not spell {name!r}") from None
