@@ -263,31 +263,39 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
 def argument_copy(model, tokenizer, specs: list[SkillConversation]) -> dict[str, dict[str, float | int]]:
     """Teacher-forced: how often the model writes each argument value of the first call right.
 
-    Every token before the value is given, so this is copying alone. The values are split in two:
-    ``in_prompt``, whose tokens (as the call spells them) occur in that order in the prompt, so a
-    model can copy them token by token; and ``respelled``, which the prompt has in other tokens
-    (" Pune" after a space, "Pune" after a quote), so copying them means knowing that two token
-    sequences spell the same letters. True/false values are left out: the user never writes them.
+    Every token before the value is given, so this is copying alone. The values are split in two
+    (``argument_values``): ``in_prompt``, whose tokens occur in that order in the prompt, so a
+    model can copy them token by token; and ``respelled``, which the prompt has in other tokens.
     """
     import torch
 
-    marker = tokenizer.special_tokens["<|tool_call|>"]
     counts = {"in_prompt": [0, 0], "respelled": [0, 0]}
+    for spec, ids, positions, group in argument_values(tokenizer, specs):
+        with torch.no_grad():
+            logits = model(torch.tensor([ids[:positions[-1] + 1]], device=next(model.parameters()).device))[0]
+        counts[group][0] += all(int(logits[i - 1].argmax()) == ids[i] for i in positions)
+        counts[group][1] += 1
+    return {group: {"right": right / n if n else float("nan"), "n": n} for group, (right, n) in counts.items()}
+
+
+def argument_values(tokenizer, specs: list[SkillConversation]):
+    """Each argument value of each first call: (spec, rendered ids, the value's token positions, group).
+
+    ``group`` is ``in_prompt`` when the value's tokens, as the call spells them, occur in that order
+    in the prompt, else ``respelled``: " Pune" typed after a space and "Pune" in a JSON string are
+    other tokens under GPT-4's pre-split, the same under the course's ``spaced`` one. True/false
+    values are left out: the user never writes them.
+    """
+    marker = tokenizer.special_tokens["<|tool_call|>"]
     for spec in specs:
         if not spec.expected.calls:
             continue
         ids = spec.render(tokenizer).ids
         at = ids.index(marker)
-        name, arguments = spec.expected.calls[0]
-        with torch.no_grad():
-            logits = model(torch.tensor([ids], device=next(model.parameters()).device))[0]
-        for start, end in _argument_value_bytes(name, arguments):
+        for start, end in _argument_value_bytes(*spec.expected.calls[0]):
             positions = _call_token_positions(tokenizer, ids, at, start, end)
             value_ids = ids[positions[0]:positions[-1] + 1]
-            group = "in_prompt" if _occurs_in(ids[:at], value_ids) else "respelled"
-            counts[group][0] += all(int(logits[i - 1].argmax()) == ids[i] for i in positions)
-            counts[group][1] += 1
-    return {group: {"right": right / n if n else float("nan"), "n": n} for group, (right, n) in counts.items()}
+            yield spec, ids, positions, "in_prompt" if _occurs_in(ids[:at], value_ids) else "respelled"
 
 
 def _argument_value_bytes(name: str, arguments: dict) -> list[tuple[int, int]]:
