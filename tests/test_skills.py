@@ -315,10 +315,10 @@ class _Oracle:
 
 
 def test_tool_name_choice_is_one_for_a_model_that_predicts_the_name_and_zero_for_one_that_does_not(tokenizer):
-    from llmkit.course.skill_scores import _first_call_name_positions, tool_name_choice
+    from llmkit.course.skill_scores import _first_call_name_positions, tool_name_choice, without_thinking
 
     spec = make_skills(1, split="unseen_phrasings_and_tools", seed=4, kinds=["tool"])[0]
-    ids = spec.render(tokenizer).ids
+    ids = without_thinking(spec).render(tokenizer).ids
     name = spec.expected.calls[0][0]
     positions = _first_call_name_positions(tokenizer, ids, ids.index(tokenizer.special_tokens["<|tool_call|>"]),
                                            name)
@@ -331,6 +331,24 @@ def test_tool_name_choice_is_one_for_a_model_that_predicts_the_name_and_zero_for
     with pytest.raises(ValueError, match="calls a tool"):
         tool_name_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer,
                          make_skills(1, split="seen", seed=0, kinds=["chitchat"]))
+
+
+def test_without_thinking_takes_out_the_thinking_that_names_the_tool_and_nothing_else():
+    from llmkit.course.skill_scores import without_thinking
+
+    specs = make_skills(12, split="seen", seed=3, kinds=["tool"])
+    thinking = [s for s in specs if any(b["type"] == "thinking" for m in s.messages if m["role"] == "assistant"
+                                        and isinstance(m["content"], list) for b in m["content"])]
+    assert thinking, "no conversation of these has a thinking step"
+    for spec in thinking:
+        name = spec.expected.calls[0][0]
+        plain = without_thinking(spec)
+        assert plain.messages is not spec.messages and len(plain.messages) == len(spec.messages)
+        blocks = [b for m in plain.messages if isinstance(m["content"], list) for b in m["content"]]
+        assert all(b["type"] != "thinking" for b in blocks)
+        assert [b["name"] for b in blocks if b["type"] == "tool_use"] == [name]  # the call is still there
+        assert any(b["type"] == "thinking" and name in b["thinking"] for m in spec.messages  # the original kept
+                   if isinstance(m["content"], list) for b in m["content"])
 
 
 def test_argument_copy_sorts_values_by_whether_the_prompt_spells_them_in_the_same_tokens():

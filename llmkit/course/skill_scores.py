@@ -238,8 +238,9 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
 
     Every token before the name is given (the prompt, ``<|tool_call|>{"name": "``), so this is the
     choice of tool alone, with no earlier mistake to blame (in use the model must also get there).
-    ``chance`` is what picking one of the offered tools at random would score: a model at or below
-    it has not learned to read the tool list, whatever its loss says.
+    A thinking step is taken out first: the training data's names the tool, so with it the choice
+    would be a copy. ``chance`` is what picking one of the offered tools at random would score: a
+    model at or below it has not learned to read the tool list, whatever its loss says.
     """
     import torch
 
@@ -248,7 +249,7 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
     for spec in specs:
         if not spec.expected.calls:
             continue
-        ids = spec.render(tokenizer).ids
+        ids = without_thinking(spec).render(tokenizer).ids
         name_ids = _first_call_name_positions(tokenizer, ids, ids.index(marker), spec.expected.calls[0][0])
         with torch.no_grad():
             logits = model(torch.tensor([ids[: name_ids[-1] + 1]], device=next(model.parameters()).device))[0]
@@ -258,6 +259,15 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
     if n == 0:
         raise ValueError("none of these conversations calls a tool; use tool-calling kinds such as 'tool'")
     return {"right": right / n, "chance": chance / n, "n": n}
+
+
+def without_thinking(spec: SkillConversation) -> SkillConversation:
+    """The same conversation with every thinking block taken out of the assistant's messages."""
+    import dataclasses
+
+    messages = [{**m, "content": [b for b in m["content"] if b["type"] != "thinking"]}
+                if m["role"] == "assistant" and isinstance(m["content"], list) else m for m in spec.messages]
+    return dataclasses.replace(spec, messages=messages)
 
 
 def argument_copy(model, tokenizer, specs: list[SkillConversation]) -> dict[str, dict[str, float | int]]:
