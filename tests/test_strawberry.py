@@ -50,6 +50,21 @@ def test_spelling_data_covers_the_vocabulary(tokenizer, sampler):
     assert set(drawn) == set(spelling.WORD_SOURCES)
 
 
+@pytest.mark.parametrize("pattern", ["gpt4", "spaced"])
+def test_every_spellable_token_gets_practice_words_under_either_pre_split(pattern):
+    """Under GPT-4's pre-split a word starts with a space-led token; under the course's ``spaced``
+    one the space is a token of its own and any letter token can start a word."""
+    text = data_path("corpus", "train.txt").read_text(encoding="utf-8")[:60_000]
+    tokenizer = Tokenizer.train([text], 700, pattern=pattern)
+    spellable = spelling.spellable_tokens(tokenizer)
+    starting = spelling.word_start_tokens(tokenizer, spellable)
+    assert starting and (starting < set(spellable) if pattern == "gpt4" else starting == set(spellable))
+    contexts = spelling.token_contexts(tokenizer)
+    assert len(contexts) >= 0.95 * len(spellable)
+    for token, words in contexts.items():
+        assert all(token in spelling.word_tokens(tokenizer, word) for word in words)
+
+
 def test_a_spelling_conversation_spells_letter_by_letter(sampler):
     batch = spelling.spelling_source(sampler, ["cranberry"])(20, "train", 3)
     for conversation in batch:

@@ -70,23 +70,25 @@ def spellable_tokens(tokenizer) -> list[int]:
 def token_contexts(tokenizer, seed: int = 0) -> dict[int, list[str]]:
     """Up to ``CONTEXTS_PER_TOKEN`` words per spellable token whose tokenization contains that token.
 
-    A token with a leading space starts a word ("berry" for " berry"). A token without one only
-    ever appears inside a word, and only where the merges of the tokenizer produce it, so we
-    search: a random word-start piece in front of it, sometimes a piece behind it, until the
-    tokenized word holds the token. A token never found is left out (``coverage`` says how many
-    are in; for the shipped base model, all of them).
+    A *word-start* token is one a word can begin with (``word_start_tokens``): " berry" under
+    GPT-4's pre-split, any letter token under the course's ``spaced`` one. Other tokens only ever
+    appear inside a word, and only where the merges of the tokenizer produce them, so we search: a
+    random word-start piece in front, sometimes a piece behind, until the tokenized word holds the
+    token. A token never found is left out (``coverage`` says how many are in; for the shipped
+    base model, all of them).
     """
     rng = random.Random(f"llmkit-spelling-contexts|{seed}")
     tokens = spellable_tokens(tokenizer)
-    starts = [piece_text(tokenizer, t) for t in tokens if tokenizer.token_bytes(t).startswith(b" ")]
-    middles = [piece_text(tokenizer, t) for t in tokens if not tokenizer.token_bytes(t).startswith(b" ")]
+    starting = word_start_tokens(tokenizer, tokens)
+    starts = [piece_text(tokenizer, t) for t in tokens if t in starting]
+    middles = [piece_text(tokenizer, t) for t in tokens if t not in starting]
     found: dict[int, list[str]] = {}
     for token in tokens:
-        piece, spaced = piece_text(tokenizer, token), tokenizer.token_bytes(token).startswith(b" ")
+        piece, is_start = piece_text(tokenizer, token), token in starting
         words: list[str] = []
         for attempt in range(SEARCH_TRIES):
-            before = "" if spaced or attempt == 0 else _same_case(rng.choice(starts), piece)
-            after = _same_case(rng.choice(middles), piece) if attempt > 0 and rng.random() < 0.5 else ""
+            before = "" if is_start or attempt == 0 else _same_case(rng.choice(starts), piece)
+            after = _same_case(rng.choice(middles or starts), piece) if attempt > 0 and rng.random() < 0.5 else ""
             word = before + piece + after
             if len(word) <= MAX_LETTERS and word not in words and token in word_tokens(tokenizer, word):
                 words.append(word)
@@ -95,6 +97,19 @@ def token_contexts(tokenizer, seed: int = 0) -> dict[int, list[str]]:
         if words:
             found[token] = words
     return found
+
+
+def word_start_tokens(tokenizer, tokens: list[int]) -> set[int]:
+    """The tokens a word said after a space begins with: ``word_tokens`` of the token's letters
+    starts with the token itself (after the space's own token, where the pre-split keeps it apart)."""
+    space = tokenizer.encode_ordinary(" ")
+    starting = set()
+    for token in tokens:
+        ids = word_tokens(tokenizer, piece_text(tokenizer, token))
+        ids = ids[len(space):] if ids[:len(space)] == space else ids
+        if ids and ids[0] == token:
+            starting.add(token)
+    return starting
 
 
 def _same_case(text: str, like: str) -> str:
