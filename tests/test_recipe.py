@@ -22,7 +22,7 @@ TINY = {
                  "checkpoint_every": 1, "sample_tokens": 4, "device": "cpu", "threads": 1},
     "sft": {"kinds": ["chitchat", "memory", "tool"], "batch_size": 2, "max_steps": 3, "warmup_steps": 1,
             "heldout_examples": 2, "eval_every": 3, "checkpoint_every": 1, "log_every": 1, "device": "cpu",
-            "probe": {"per_kind": 1, "kinds": ["tool"], "max_tokens": 4, "batch": 2}},
+            "probe": {"per_kind": 1, "kinds": ["tool"], "max_tokens": 4, "batch": 2, "teacher_forced": 2}},
     "dpo": {"batch_size": 2, "max_steps": 2, "warmup_steps": 1, "heldout_examples": 2, "eval_every": 2,
             "checkpoint_every": 1, "log_every": 1, "sft_weight": 0.5, "device": "cpu"},
     "evals": {"per_kind": 1, "splits": ["seen", "unseen_phrasings_and_tools"], "kinds": ["chitchat", "tool"],
@@ -83,9 +83,11 @@ def test_every_stage_leaves_its_outputs_and_a_log(built):
     for probe in probes:
         assert set(probe) == {"seen", "unseen_phrasings_and_tools"}
         assert 0.0 <= probe["seen"]["right_tool"] <= 1.0 and "ends_turn" in probe["unseen_phrasings_and_tools"]
+        assert 0.0 <= probe["seen"]["tool_choice"] <= 1.0 and 0.0 < probe["seen"]["tool_choice_chance"] < 1.0
     evals = json.loads((runs / "evals" / "evals.json").read_text())
     assert set(evals) == {"seen", "unseen_phrasings_and_tools"}
     assert 0.0 <= evals["seen"]["right_tool"] <= 1.0 and evals["seen"]["n_right_tool"] == 2
+    assert {"tool_choice", "tool_choice_chance", "copy_in_prompt"} <= set(evals["seen"]["teacher_forced"])
 
 
 def test_shipping_copies_the_bf16_models_and_their_stage_logs(built, tmp_path):

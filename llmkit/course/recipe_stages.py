@@ -248,7 +248,7 @@ def run_evals(settings: dict, folder: Path, log: logging.Logger, *, base: Path, 
     from tqdm.auto import tqdm
 
     from llmkit.chat.client import Client
-    from llmkit.course.skill_scores import evaluate_skills
+    from llmkit.course.skill_scores import evaluate_skills, teacher_forced_scores
     from llmkit.course.skills import KINDS as SKILL_KINDS, SPLITS
 
     ship_copy(base, folder / SHIPPED)  # the evals score the model exactly as it ships
@@ -260,6 +260,10 @@ def run_evals(settings: dict, folder: Path, log: logging.Logger, *, base: Path, 
                              seed=settings.get("seed", 0), max_tokens=settings.get("max_tokens", 96),
                              progress=lambda done: bar.update(done - bar.n), batch=settings.get("batch", 1))
     bar.close()
+    model = client.model.eval()
+    for split in splits:  # the choice of tool and the copying of values alone, every earlier token given
+        report[split]["teacher_forced"] = teacher_forced_scores(model, client.tokenizer, split,
+                                                                n=2 * settings["per_kind"])
     write_json(folder / "evals.json", report)
     log.info("evals: %s", {s: {k: v for k, v in r.items() if not k.startswith("n_") and k != "kinds"}
                            for s, r in report.items()})

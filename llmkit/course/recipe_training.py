@@ -18,7 +18,8 @@ from llmkit.course.skills import make_skills
 HELDOUT_SPLIT = "unseen_phrasings_and_tools"
 PROBE_DEFAULTS = {"per_kind": 4, "kinds": ["tool", "multi", "missing", "memory"],
                   "splits": ["seen", "unseen_phrasings_and_tools"], "max_tokens": 64, "seed": 99,
-                  "batch": 1}  # batch > 1: that many probe conversations decode together (evaluate_skills)
+                  "batch": 1,  # batch > 1: that many probe conversations decode together (evaluate_skills)
+                  "teacher_forced": 40}  # conversations for skill_scores.teacher_forced_scores (0: none)
 MAX_SKIPPED_SHARE = 0.5  # more examples than this too long for the context is a config error
 
 
@@ -73,10 +74,12 @@ def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
     """``model -> {split: {score: fraction}}``: the same few greedy skill conversations each time.
 
     ``settings`` may change ``PROBE_DEFAULTS``: conversations ``per_kind``, the ``kinds`` and
-    ``splits``, ``max_tokens`` per reply, the ``seed`` that draws the conversations.
+    ``splits``, ``max_tokens`` per reply, the ``seed`` that draws the conversations, and how many
+    ``teacher_forced`` conversations measure the choice of tool and the copying of arguments
+    alone (they show a skill forming while greedy replies still fail for other reasons).
     """
     from llmkit.chat.client import Client
-    from llmkit.course.skill_scores import SCORES, evaluate_skills
+    from llmkit.course.skill_scores import SCORES, evaluate_skills, teacher_forced_scores
 
     unknown = set(settings or {}) - set(PROBE_DEFAULTS)
     if unknown:
@@ -87,7 +90,11 @@ def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
         report = evaluate_skills(Client.from_model(model, tokenizer), per_kind=chosen["per_kind"],
                                  splits=chosen["splits"], kinds=chosen["kinds"], seed=chosen["seed"],
                                  max_tokens=chosen["max_tokens"], batch=chosen["batch"])
-        return {split: {k: v for k, v in scores.items() if k in SCORES} for split, scores in report.items()}
+        figures = {split: {k: v for k, v in scores.items() if k in SCORES} for split, scores in report.items()}
+        if chosen["teacher_forced"]:
+            for split in chosen["splits"]:
+                figures[split].update(teacher_forced_scores(model, tokenizer, split, n=chosen["teacher_forced"]))
+        return figures
     return probe
 
 

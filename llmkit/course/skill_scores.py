@@ -261,6 +261,21 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
     return {"right": right / n, "chance": chance / n, "n": n}
 
 
+TOOL_CALLING_KINDS = ("tool", "weather", "letters", "search", "arithmetic", "multi")
+
+
+def teacher_forced_scores(model, tokenizer, split: str, *, n: int = 40, seed: int = 11) -> dict[str, float]:
+    """The two teacher-forced skills on conversations of ``split``, as flat figures for a log:
+    ``tool_choice`` on ``n`` generated-tool conversations (beside ``tool_choice_chance``) and
+    ``copy_in_prompt`` / ``copy_respelled`` on the argument values of ``n`` conversations of the
+    tool-calling kinds in turn."""
+    choice = tool_name_choice(model, tokenizer, make_skills(n, split=split, seed=seed, kinds=["tool"]))
+    copy = argument_copy(model, tokenizer, make_skills(n, split=split, seed=seed, kinds=list(TOOL_CALLING_KINDS)))
+    figures = {"tool_choice": round(choice["right"], 4), "tool_choice_chance": round(choice["chance"], 4)}
+    figures.update({f"copy_{group}": round(g["right"], 4) for group, g in copy.items() if g["n"]})
+    return figures
+
+
 def without_thinking(spec: SkillConversation) -> SkillConversation:
     """The same conversation with every thinking block taken out of the assistant's messages."""
     import dataclasses
