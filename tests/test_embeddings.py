@@ -44,14 +44,21 @@ def test_nearest_neighbours_find_a_planted_twin_within_the_candidates():
         E.nearest_neighbours(table, 1, candidates=[60])
 
 
-def test_word_token_ids_are_whole_words_with_a_leading_space():
-    tokenizer = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
+@pytest.mark.parametrize("pattern", ["gpt4", "spaced"])
+def test_word_token_ids_are_the_one_token_a_word_is_after_a_space(pattern):
+    text = data_path("corpus", "train.txt").read_text(encoding="utf-8")[:60_000]
+    tokenizer = Tokenizer.train([text], 600, pattern=pattern)
     words = E.word_token_ids(tokenizer)
-    assert tokenizer.encode(" king")[0] in words
+    space = tokenizer.encode_ordinary(" ")
+    assert len(words) > 50
+    king = tokenizer.encode_ordinary(" king")
+    assert (king[-1] if pattern == "spaced" else king[0]) in words
     for token_id in words:
         piece = tokenizer.token_bytes(token_id)
-        assert piece.startswith(b" ") and piece[1:].isalpha() and len(piece) >= 3
-    assert not set(words) & set(tokenizer.special_tokens.values())
+        word = piece[1:] if pattern == "gpt4" else piece  # GPT-4's split gives a word its space
+        assert word.isalpha() and len(word) >= 2 and (pattern == "spaced") != piece.startswith(b" ")
+        said = tokenizer.encode_ordinary(" " + word.decode())
+        assert said == (space + [token_id] if pattern == "spaced" else [token_id])
 
 
 def test_project_2d_keeps_the_two_largest_directions():

@@ -63,13 +63,22 @@ def nearest_neighbours(table: torch.Tensor, token_id: int, k: int = 5,
 
 
 def word_token_ids(tokenizer: Tokenizer, min_letters: int = 2) -> list[int]:
-    """Ids of tokens that are a whole word as it appears inside a sentence: a space followed by
-    at least ``min_letters`` ASCII letters (" king", " thou"). Leaving out byte fragments, word
-    pieces and punctuation keeps neighbour lists readable."""
-    word = re.compile(rb" [A-Za-z]{%d,}" % min_letters)
+    """Ids of tokens that are a whole word as it appears inside a sentence: at least
+    ``min_letters`` ASCII letters that, said after a space, are that one token (" king" under
+    GPT-4's pre-split; "king" under the course's ``spaced`` one, which gives the space its own
+    token). Leaving out byte fragments, word pieces and punctuation keeps neighbour lists readable."""
+    letters = re.compile(rb"[A-Za-z]{%d,}" % min_letters)
+    space = tokenizer.encode_ordinary(" ")
+    spaces_apart = tokenizer.encode_ordinary(" the")[:len(space)] == space
     special = set(tokenizer.special_tokens.values())
-    return [i for i in range(tokenizer.vocab_size)
-            if i not in special and word.fullmatch(tokenizer.token_bytes(i))]
+    found = []
+    for i in range(tokenizer.vocab_size):
+        piece = tokenizer.token_bytes(i)
+        word = piece if spaces_apart else piece[1:] if piece.startswith(b" ") else b""
+        if i not in special and letters.fullmatch(word) and tokenizer.encode_ordinary(" " + word.decode()) == (
+                space + [i] if spaces_apart else [i]):
+            found.append(i)
+    return found
 
 
 def project_2d(vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
