@@ -416,6 +416,18 @@ def test_tool_call_validity_on_a_model_that_breaks_calls(tokenizer):
     assert held["invalid_rate"] < free["invalid_rate"]
 
 
+def test_tool_call_validity_stops_a_runaway_call_at_its_budget(tokenizer):
+    """A call still open after ``max_tokens`` counts as unfinished; a long window is not sampled to its end."""
+    from llmkit.course.call_failures import tool_call_validity
+
+    model = contrarian(tokenizer, lean=6.0)
+    short = tool_call_validity(model, tokenizer, constrained=True, temperature=1.0, n=4, max_tokens=3)
+    assert short["mean_output_tokens"] <= 3
+    assert short["by_reason"]["unfinished"] == 1.0  # no call can close within 3 tokens
+    with pytest.raises(ValueError, match="max_tokens"):
+        tool_call_validity(model, tokenizer, constrained=True, temperature=1.0, n=1, max_tokens=0)
+
+
 def test_a_stray_end_of_call_outside_a_call_cannot_end_the_turn(tokenizer):
     """Seen with the chat model after a server tool's result: it wrote <|end_tool_call|> in plain
     text, which stops generation as "tool_use" with no call to run. Constrained, it cannot."""

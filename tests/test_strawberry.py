@@ -13,6 +13,7 @@ from llmkit.course.values import value_split
 from llmkit.model.weights import TOKENIZER_FILE, model_folder
 from llmkit.paths import data_path
 from llmkit.tokens.tokenizer import Tokenizer
+from llmkit.tokens.words import word_ids
 
 BUILD = Path(__file__).resolve().parent.parent / "data" / "experiments" / "strawberry" / "build.py"
 
@@ -45,7 +46,7 @@ def test_spelling_data_covers_the_vocabulary(tokenizer, sampler):
     assert spelling.coverage(tokenizer, sampler) >= 0.98
     for token in random.Random(0).sample(sampler.context_tokens, 200):
         for word in sampler.contexts[token]:  # each practice word really holds its token
-            assert token in spelling.word_tokens(tokenizer, word)
+            assert token in word_ids(tokenizer, word)
     drawn = Counter(source for _, source in (sampler.draw(random.Random(i)) for i in range(400)))
     assert set(drawn) == set(spelling.WORD_SOURCES)
 
@@ -62,7 +63,7 @@ def test_every_spellable_token_gets_practice_words_under_either_pre_split(patter
     contexts = spelling.token_contexts(tokenizer)
     assert len(contexts) >= 0.95 * len(spellable)
     for token, words in contexts.items():
-        assert all(token in spelling.word_tokens(tokenizer, word) for word in words)
+        assert all(token in word_ids(tokenizer, word) for word in words)
 
 
 def test_a_spelling_conversation_spells_letter_by_letter(sampler):

@@ -102,17 +102,22 @@ def call_problem(call: dict, stop_reason: str, offered: dict) -> str | None:
     return None
 
 
+VALIDITY_MAX_TOKENS = 256  # far above any call the course's tools need (the longest is under 60 tokens)
+
+
 def tool_call_validity(model: Transformer, tokenizer, *, constrained: bool, temperature: float, n: int = 48,
-                       seed: int = 0, examples: list | None = None) -> dict:
+                       seed: int = 0, max_tokens: int = VALIDITY_MAX_TOKENS, examples: list | None = None) -> dict:
     """How often a sampled tool call cannot be run, with constrained decoding off or on.
 
     For ``n`` held-out tool conversations (weather, letters, arithmetic) the model writes its first
     assistant turn, sampled at ``temperature`` (seeded per conversation, the same seeds with the
-    constraint off and on), with the whole rest of the context as its budget. ``invalid_rate`` is
+    constraint off and on), with ``max_tokens`` as its budget (or the rest of the context window,
+    if that is less): a call still open after that many tokens is a runaway, and sampling it
+    to the end of a long window would only cost time. ``invalid_rate`` is
     the fraction of turns whose tool call cannot be run, ``by_reason`` splits it by
     ``call_problem`` (the reasons add up to it), and ``calls`` counts the turns that made a call.
     With ``constrained`` every call is decoded under ``ToolCallConstraint``: only a call cut off by
-    the full context window can still be invalid ("unfinished"). ``examples`` (a list) collects one
+    the budget can still be invalid ("unfinished"). ``examples`` (a list) collects one
     dict per conversation: the question, the first call (or None), the ``outcome`` ("valid", "no
     call" or the problem), what was asked, and ``harness_reply``, the error result a harness would
     send back for a call it cannot run.
@@ -120,6 +125,7 @@ def tool_call_validity(model: Transformer, tokenizer, *, constrained: bool, temp
         python -m llmkit evals --model chat --tool-call-validity
     """
     check_int("n", n, minimum=1)
+    check_int("max_tokens", max_tokens, minimum=1)
     client = Client.from_model(model, tokenizer)
     problems = dict.fromkeys(INVALID_CALL_REASONS, 0)
     calls, output_tokens, started = 0, 0, time.perf_counter()
@@ -128,7 +134,7 @@ def tool_call_validity(model: Transformer, tokenizer, *, constrained: bool, temp
         for i, conversation in enumerate(make_conversations(n, split="heldout", seed=seed, kinds=TOOL_KINDS)):
             tools = offered_tools(conversation.tools)
             reply = client.messages.create(messages=conversation.prompt, tools=tools, system=conversation.system,
-                                           max_tokens=client.context_window, temperature=temperature,
+                                           max_tokens=max_tokens, temperature=temperature,
                                            seed=seed * 1_000_003 + i, cache=False, constrain_tools=constrained)
             output_tokens += reply.usage.output_tokens
             call = reply.tool_calls[0] if reply.tool_calls else None

@@ -15,6 +15,7 @@ from llmkit.course.conversation_data import (CITIES, NAMES, SYLLABLES, WEATHER_Q
                                              Conversation, words)
 from llmkit.course.conversations import as_react, letters_conversation, repeat_conversation, weather_conversation
 from llmkit.paths import data_path
+from llmkit.tokens.words import word_ids
 
 ONSETS = ["", "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "y", "z",
           "br", "ch", "cl", "dr", "fl", "gr", "kr", "ph", "pl", "qu", "sh", "sk", "st", "th", "tr", "v"]
@@ -36,7 +37,7 @@ def varied_syllable(rng: random.Random) -> str:
 class CopyWords:
     """The corpus's words, indexed by the tokens they are made of, to draw names for copying practice.
 
-    Copying a name is an induction step per token ("after the earlier ' V' came 'iol'"), and a
+    Copying a name is an induction step per token ("after the earlier 'V' came 'iol'"), and a
     small model only copies tokens it has practised copying. Invented syllables re-tokenize into
     the few hundred common pieces, so names made of rarer tokens stay unpractised. ``draw`` picks a
     *token* first, uniformly, then a capitalised corpus word that contains it, so a rare token is
@@ -50,7 +51,7 @@ class CopyWords:
         found = {w.capitalize() for w in re.findall(r"[A-Za-z]{3,10}", text) if w.lower() not in folded}
         index: dict[int, list[str]] = {}
         for word in sorted(found):
-            for token in set(tokenizer.encode_ordinary(" " + word)):
+            for token in set(word_ids(tokenizer, word)):  # the space's own token is no part of a name
                 index.setdefault(token, []).append(word)
         self.index = index
         self.tokens = sorted(index)

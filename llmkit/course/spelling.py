@@ -25,6 +25,7 @@ from pathlib import Path
 
 from llmkit.course.conversation_data import Conversation, Expected
 from llmkit.course.values import invented_word
+from llmkit.tokens.words import word_ids
 
 WORD_SOURCES = ("token", "corpus", "invented", "concat")
 SOURCE_WEIGHTS = (0.4, 0.2, 0.2, 0.2)  # the token words carry the coverage; the others its transfer
@@ -44,11 +45,6 @@ def spell_conversation(word: str, split: str, *, kind: str = "spell", facts: dic
     messages = [{"role": "user", "content": f"Spell {word}."}, {"role": "assistant", "content": spelling}]
     return Conversation(kind, split, messages, None, None,
                         Expected(None, None, (spelling,), facts={"word": word, "spelling": spelling, **(facts or {})}))
-
-
-def word_tokens(tokenizer, word: str) -> list[int]:
-    """The token ids of ``word`` as it reads inside a sentence: after a space."""
-    return tokenizer.encode_ordinary(" " + word)
 
 
 def piece_text(tokenizer, token: int) -> str | None:
@@ -90,7 +86,7 @@ def token_contexts(tokenizer, seed: int = 0) -> dict[int, list[str]]:
             before = "" if is_start or attempt == 0 else _same_case(rng.choice(starts), piece)
             after = _same_case(rng.choice(middles or starts), piece) if attempt > 0 and rng.random() < 0.5 else ""
             word = before + piece + after
-            if len(word) <= MAX_LETTERS and word not in words and token in word_tokens(tokenizer, word):
+            if len(word) <= MAX_LETTERS and word not in words and token in word_ids(tokenizer, word):
                 words.append(word)
                 if len(words) == CONTEXTS_PER_TOKEN:
                     break
@@ -100,13 +96,11 @@ def token_contexts(tokenizer, seed: int = 0) -> dict[int, list[str]]:
 
 
 def word_start_tokens(tokenizer, tokens: list[int]) -> set[int]:
-    """The tokens a word said after a space begins with: ``word_tokens`` of the token's letters
-    starts with the token itself (after the space's own token, where the pre-split keeps it apart)."""
-    space = tokenizer.encode_ordinary(" ")
+    """The tokens a word said after a space begins with: the token's letters, read as a word inside
+    a sentence (``llmkit.tokens.words.word_ids``), start with the token itself."""
     starting = set()
     for token in tokens:
-        ids = word_tokens(tokenizer, piece_text(tokenizer, token))
-        ids = ids[len(space):] if ids[:len(space)] == space else ids
+        ids = word_ids(tokenizer, piece_text(tokenizer, token))
         if ids and ids[0] == token:
             starting.add(token)
     return starting

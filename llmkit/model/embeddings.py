@@ -18,6 +18,7 @@ import torch
 
 from llmkit.model.transformer import apply_rope, rope_tables
 from llmkit.tokens.tokenizer import Tokenizer
+from llmkit.tokens.words import spaces_apart, word_ids
 
 
 # --- token vectors -------------------------------------------------------------------------------
@@ -66,17 +67,16 @@ def word_token_ids(tokenizer: Tokenizer, min_letters: int = 2) -> list[int]:
     """Ids of tokens that are a whole word as it appears inside a sentence: at least
     ``min_letters`` ASCII letters that, said after a space, are that one token (" king" under
     GPT-4's pre-split; "king" under the course's ``spaced`` one, which gives the space its own
-    token). Leaving out byte fragments, word pieces and punctuation keeps neighbour lists readable."""
+    token; ``llmkit.tokens.words``). Leaving out byte fragments, word pieces and punctuation keeps
+    neighbour lists readable."""
     letters = re.compile(rb"[A-Za-z]{%d,}" % min_letters)
-    space = tokenizer.encode_ordinary(" ")
-    spaces_apart = tokenizer.encode_ordinary(" the")[:len(space)] == space
+    apart = spaces_apart(tokenizer)
     special = set(tokenizer.special_tokens.values())
     found = []
     for i in range(tokenizer.vocab_size):
         piece = tokenizer.token_bytes(i)
-        word = piece if spaces_apart else piece[1:] if piece.startswith(b" ") else b""
-        if i not in special and letters.fullmatch(word) and tokenizer.encode_ordinary(" " + word.decode()) == (
-                space + [i] if spaces_apart else [i]):
+        word = piece if apart else piece[1:] if piece.startswith(b" ") else b""
+        if i not in special and letters.fullmatch(word) and word_ids(tokenizer, word.decode()) == [i]:
             found.append(i)
     return found
 

@@ -15,6 +15,7 @@ import torch
 from llmkit.model.embeddings import nearest_neighbours, word_token_ids
 from llmkit.model.transformer import rope_tables
 from llmkit.tokens.tokenizer import Tokenizer
+from llmkit.tokens.words import word_token
 from llmkit.viz.first_taste import show_piece
 
 DEFAULT_WORD = " king"
@@ -33,28 +34,18 @@ def neighbours_text(table: torch.Tensor, tokenizer: Tokenizer, words: Sequence[s
     candidates = word_token_ids(tokenizer) if candidates is None else candidates
     lines = []
     for word in words:
-        token_id = single_token(tokenizer, word)
+        token_id = word_token(tokenizer, word)
         near = nearest_neighbours(table, token_id, k=k, candidates=candidates)
         shown = ", ".join(f"{token_text(tokenizer, i)} {s:.2f}" for i, s in near)
         lines.append(f"{token_text(tokenizer, token_id):>10} -> {shown}")
     return "\n".join(lines)
 
 
-def single_token(tokenizer: Tokenizer, word: str) -> int:
-    """The id of ``word`` if the tokenizer has it as one token; a clear error otherwise."""
-    ids = tokenizer.encode(word, disallowed_special=())
-    if len(ids) != 1:
-        pieces = " | ".join(token_text(tokenizer, i) for i in ids)
-        raise ValueError(f"{word!r} is {len(ids)} tokens ({pieces}), not one; pick a word the tokenizer "
-                         "keeps whole (try it with a leading space, as it appears mid-sentence)")
-    return ids[0]
-
-
 def neighbours_html(table: torch.Tensor, tokenizer: Tokenizer, word: str, k: int = 8,
                     candidates: Sequence[int] | None = None) -> str:
     """The neighbour list of one word as a small HTML table, or a note if the word is not one token."""
     try:
-        token_id = single_token(tokenizer, word)
+        token_id = word_token(tokenizer, word)
     except ValueError as error:
         return f"<p>{html.escape(str(error))}</p>"
     candidates = word_token_ids(tokenizer) if candidates is None else candidates
