@@ -14,12 +14,13 @@ from llmkit.course import preferences as prefs
 from llmkit.course import strawberry as straw
 from llmkit.chat.markers import MARKERS
 from llmkit.chat.parse import parse_assistant
+from llmkit.model.weights import read_config
 from llmkit.paths import data_path
 from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.chat.tools import run_tool_call, tools_by_name, validate_arguments
 from llmkit.course.tools import EXAMPLE_TOOLS
 
-CONTEXT = 256  # the course model's context length
+CONTEXT = read_config(data_path("models", "chat")).context_length  # the course model's context length
 TOOLS = tools_by_name(EXAMPLE_TOOLS)
 
 

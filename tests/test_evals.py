@@ -153,7 +153,7 @@ def test_run_conversation_goes_through_the_harness_and_runs_the_tool():
     assert transcript.stop_reasons == ["tool_use", "end_turn"] and len(transcript.turns) == 2
     assert transcript.tool_results[0]["content"] == weather_result("Warsaw")["content"]  # the real tool ran
     assert transcript.output_tokens >= sum(len(turn) for turn in transcript.turns)
-    full = run_conversation(model, tokenizer, [{"role": "user", "content": "Warsaw? " * 200}])
+    full = run_conversation(model, tokenizer, [{"role": "user", "content": "Warsaw? " * model.config.context_length}])
     assert full.stop_reasons == ["context_window"] and full.turns == []  # too long to answer: no crash
 
 

@@ -23,13 +23,13 @@ from llmkit.model.transformer import Transformer
 from llmkit.model.weights import from_hf, load_model
 from llmkit.paths import data_path
 from llmkit.tokens.hf import oniguruma_pattern, tokenizer_json
+from llmkit.tokens.pattern import GPT4_PATTERN
 from llmkit.tokens.tokenizer import COURSE_SPECIAL_TOKENS, Tokenizer
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 HELDOUT = data_path("corpus", "heldout.txt").read_text(encoding="utf-8")
-GPT4_PATTERN = Tokenizer.load(data_path("models", "base", "tokenizer.json")).pattern  # cl100k's pre-split regex
 HARD_TEXTS = [
     "1234567890 12345678901234567890 3.14159265358979 1,000,000 2026-12-01 0x7fffffff ١٢٣٤٥٦٧ ۱۲۳ ४५६७८९",
     "def f(x):\n    return {'a': [x ** 2 for x in range(10)]}  # comment\n\n\n\tif x != y:  pass\r\n",

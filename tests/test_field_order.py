@@ -20,7 +20,8 @@ from llmkit.course.field_order import (COUNT_RANGE, FIELDS, NUMBER_RANGE, ORDERS
                                        field_order_examples, field_order_items, last_sum, numbers_text,
                                        running_sums, steps_right)
 from llmkit.model.transformer import ModelConfig, Transformer
-from llmkit.model.weights import save as save_weights
+from llmkit.model.weights import read_config, save as save_weights
+from llmkit.paths import data_path
 from llmkit.training.config import InvalidConfig
 from scripted_model import ScriptedModel
 
@@ -77,7 +78,7 @@ def test_the_examples_function_is_seeded_and_fits_the_course_context(tokenizer):
     assert [c.messages for c in examples(8, "train", 3)] == [c.messages for c in examples(8, "train", 3)]
     assert [c.messages for c in examples(8, "train", 3)] != [c.messages for c in examples(8, "train", 4)]
     longest = max(len(c.render(tokenizer)) for c in examples(64, "train", 0))
-    assert longest <= 256 + 1
+    assert longest <= read_config(data_path("models", "base")).context_length + 1
 
 
 def test_bad_orders_and_splits_are_refused_with_the_choices_named():

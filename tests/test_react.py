@@ -18,13 +18,14 @@ from llmkit.course.call_failures import react_parse_failures
 from llmkit.course.evals import EVAL_KINDS
 from llmkit.course.entities import with_fresh_entity
 from llmkit.model.transformer import ModelConfig
+from llmkit.model.weights import read_config
 from llmkit.paths import DATA_DIR
 from llmkit.course.react import ParseFailure, format_action, format_observation, parse_action
 from llmkit.chat.tools import Tool, run_tool_call, tool
 from llmkit.course.tools import EXAMPLE_TOOLS, calculator, get_weather
 from scripted_model import ScriptedModel
 
-CONTEXT = 256  # the course model's context length
+CONTEXT = read_config(DATA_DIR / "models" / "chat").context_length  # the course model's context length
 CHAT = DATA_DIR / "models" / "chat"
 needs_chat = pytest.mark.skipif(not (CHAT / "model.safetensors").is_file(),
                                 reason="data/models/chat is absent: build it with the commands in its README")

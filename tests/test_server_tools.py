@@ -13,6 +13,8 @@ from llmkit.course import conversation_data as data
 from llmkit.chat.template import render, server_result_ids
 from llmkit.chat.client import MAX_SERVER_CALLS, SERVER_LIMIT_ERROR, Client
 from llmkit.model.transformer import ModelConfig
+from llmkit.model.weights import read_config
+from llmkit.paths import data_path
 from llmkit.chat.tools import run_tool_call, tool
 from llmkit.course.tools import get_weather, web_search
 from llmkit.chat.trace import Trace
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 QUESTION = [{"role": "user", "content": "What is the monsoon like in Pune?"}]
 QUERY = {"query": "monsoon in Pune"}
 THINKING = {"type": "thinking", "thinking": "I'll search the documents."}
-CONTEXT = 256
+CONTEXT = read_config(data_path("models", "chat")).context_length  # the course model's context length
 
 
 def search_result(call_id: str, query: dict = QUERY) -> dict:

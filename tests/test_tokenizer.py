@@ -100,7 +100,7 @@ def test_the_chunk_cache_stays_bounded_and_never_changes_the_ids(shipped, monkey
     text = data_path("corpus", "heldout.txt").read_text(encoding="utf-8")[:20_000]
     expected = shipped.to_tiktoken().encode_ordinary(text)
     monkeypatch.setattr(tokenizer_module, "CHUNK_CACHE_LIMIT", 50)
-    fresh = Tokenizer(shipped.mergeable_ranks, special_tokens=shipped.special_tokens)
+    fresh = Tokenizer(shipped.mergeable_ranks, special_tokens=shipped.special_tokens, pattern=shipped.pattern)
     assert fresh.encode_ordinary(text) == expected  # the cache starts over many times on the way
     assert 0 < len(fresh._cache) <= 50
     assert fresh.encode_ordinary(text) == expected  # and again from a partly filled cache
@@ -108,7 +108,7 @@ def test_the_chunk_cache_stays_bounded_and_never_changes_the_ids(shipped, monkey
 
 @pytest.mark.parametrize("text", [" " * 20_000, "x" * 20_000, "ab" * 10_000, "日" * 5_000, "1" * 20_000 + "a" * 9_999])
 def test_one_long_chunk_encodes_like_tiktokens_engine_and_is_not_cached(shipped, text):
-    fresh = Tokenizer(shipped.mergeable_ranks, special_tokens=shipped.special_tokens)
+    fresh = Tokenizer(shipped.mergeable_ranks, special_tokens=shipped.special_tokens, pattern=shipped.pattern)
     assert fresh.encode_ordinary(text) == shipped.to_tiktoken().encode_ordinary(text)
     assert all(len(chunk) <= tokenizer_module.CACHED_CHUNK_CHARS for chunk in fresh._cache)
 

@@ -10,6 +10,7 @@ import pytest  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
 from llmkit.tokens.tokenizer import Tokenizer  # noqa: E402
 from llmkit.viz import tokens as viz  # noqa: E402
+from llmkit.viz.first_taste import show_piece  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,8 @@ def test_tokens_html_shows_each_tokenizer(course):
     page = viz.tokens_html({"course": course, "again": course}, "to be")
     n = len(course.encode("to be"))
     assert page.count(f"{n} tokens for 5 characters") == 2
-    assert "␣be" in page and "&lt;" not in page
+    assert all(f"<code>{show_piece(course.token_bytes(i))}</code>" in page for i in course.encode("to be"))  # "␣be", or "␣" and "be"
+    assert "␣" in page and "&lt;" not in page
     special_as_text = viz.tokens_html({"course": course}, "<|user|>")
     assert "<code>&lt;</code>" in special_as_text and "<|" not in special_as_text  # escaped, never raw HTML
 

@@ -14,6 +14,7 @@ import torch  # noqa: E402
 from llmkit.model import embeddings as E  # noqa: E402
 from llmkit.viz import attention as va  # noqa: E402
 from llmkit.viz import embeddings as ve  # noqa: E402
+from llmkit.tokens.words import word_token  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +34,10 @@ def assert_labelled(fig) -> None:
 def test_neighbours_text_lists_words_with_rounded_cosines(model, tokenizer):
     text = ve.neighbours_text(model.embed.weight, tokenizer, [" king", " love"], k=3)
     lines = text.splitlines()
-    assert len(lines) == 2 and lines[0].split()[0] == "␣king" and lines[1].split()[0] == "␣love"
-    near = E.nearest_neighbours(model.embed.weight, tokenizer.encode(" king")[0], k=3,
+    king, love = word_token(tokenizer, "king"), word_token(tokenizer, "love")
+    assert len(lines) == 2 and lines[0].split()[0] == ve.token_text(tokenizer, king)
+    assert lines[1].split()[0] == ve.token_text(tokenizer, love)
+    near = E.nearest_neighbours(model.embed.weight, king, k=3,
                                 candidates=E.word_token_ids(tokenizer))
     assert lines[0].split("-> ")[1] == ", ".join(f"{ve.token_text(tokenizer, i)} {s:.2f}" for i, s in near)
     with pytest.raises(ValueError, match="not one"):
@@ -44,16 +47,17 @@ def test_neighbours_text_lists_words_with_rounded_cosines(model, tokenizer):
 def test_neighbours_explorer_redraws_and_explains_multi_token_words(model, tokenizer):
     widget = ve.neighbours_explorer(model.embed.weight, tokenizer)
     box, view = widget.children
-    assert box.value == ve.DEFAULT_WORD and "id 641" in view.value and view.value.count("<tr>") == 9
+    shown = word_token(tokenizer, ve.DEFAULT_WORD)
+    assert box.value == ve.DEFAULT_WORD and f"(id {shown})" in view.value and view.value.count("<tr>") == 9
     before = view.value
     box.value = " love"
-    assert view.value != before and "␣love" in view.value
+    assert view.value != before and ve.token_text(tokenizer, word_token(tokenizer, "love")) in view.value
     box.value = " Mumbai"
     assert "not one" in view.value and "<tr>" not in view.value
 
 
 def test_embedding_plots_are_titled_and_labelled(model, tokenizer):
-    ids = [tokenizer.encode(w)[0] for w in (" king", " queen", " love", " thou")]
+    ids = [word_token(tokenizer, w) for w in ("king", "queen", "love", "thou")]
     labels = [ve.token_text(tokenizer, i) for i in ids]
     assert_labelled(ve.plot_vectors(model.embed.weight, ids, labels))
     points, explained = E.project_2d(model.embed.weight[ids])
