@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from llmkit.tokens.tokenizer import Tokenizer
-from llmkit.tokens.words import next_word_prompt, space_ids, spaces_apart, word_ids, word_token
+from llmkit.tokens.words import next_word_prompt, space_ids, spaces_apart, token_at, word_ids, word_token
 
 TEXT = ("the king and the queen spoke to the lord of the land; the king said that the lord was kind. " * 40
         + '{"city": "Pune", "name": "get_weather"} ' * 20)
@@ -66,3 +66,15 @@ def test_any_word_reads_back_as_itself(word):
         assert tokenizer.encode_ordinary("a " + word)[-len(word_ids(tokenizer, word)):] == word_ids(tokenizer, word)
 
 
+
+
+def test_token_at_finds_the_token_that_holds_a_character(trained):
+    _, tokenizer = trained
+    text = "so the king said Bishkek"
+    ids = tokenizer.encode_ordinary(text)
+    for char in range(len(text)):
+        position = token_at(tokenizer, ids, char)
+        before = len(tokenizer.decode(ids[:position]))
+        assert before <= char < before + len(tokenizer.decode([ids[position]]))
+    with pytest.raises(ValueError, match="outside the text"):
+        token_at(tokenizer, ids, len(text))

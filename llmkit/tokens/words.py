@@ -9,9 +9,12 @@ prompt?" must not care which of the two it is handed, so it asks here:
 - ``word_ids`` / ``word_token``: the ids of a word said after a space, without the space's own
   token where the pattern keeps it apart (so " king" and "king" give the same answer);
 - ``next_word_prompt``: a prompt's ids, plus the space's token where the pattern keeps it apart,
-  so that the model's next token is the start of a word under either pattern.
+  so that the model's next token is the start of a word under either pattern;
+- ``token_at``: which token holds a given character of a text (the last piece of "rain").
 """
 from __future__ import annotations
+
+from bisect import bisect_right
 
 
 def space_ids(tokenizer) -> list[int]:
@@ -54,3 +57,13 @@ def next_word_prompt(tokenizer, text: str) -> list[int]:
     (the next token, " lord", brings its own space)."""
     ids = tokenizer.encode_ordinary(text)
     return ids + space_ids(tokenizer) if spaces_apart(tokenizer) else ids
+
+
+def token_at(tokenizer, ids: list[int], char: int) -> int:
+    """The position in ``ids`` of the token that holds character ``char`` of their text: "the last
+    piece of 'rain'" is ``token_at(tok, ids, text.index("rain") + 3)``, whether "rain" is one token
+    or "␣ra" + "in"."""
+    text, starts = tokenizer.decode_with_offsets(ids)
+    if not 0 <= char < len(text):
+        raise ValueError(f"character {char} is outside the text ({len(text)} characters)")
+    return bisect_right(starts, char) - 1
