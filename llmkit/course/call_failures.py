@@ -102,7 +102,7 @@ def call_problem(call: dict, stop_reason: str, offered: dict) -> str | None:
     return None
 
 
-VALIDITY_MAX_TOKENS = 256  # far above any call the course's tools need (the longest is under 60 tokens)
+VALIDITY_MAX_TOKENS = 256  # a call still open after this many tokens is a runaway, not a long call
 
 
 def tool_call_validity(model: Transformer, tokenizer, *, constrained: bool, temperature: float, n: int = 48,
