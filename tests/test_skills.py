@@ -373,3 +373,40 @@ def test_argument_copy_sorts_values_by_whether_the_prompt_spells_them_in_the_sam
         # the word follows a space in the question: other tokens under GPT-4's split, the same under ours
         assert argument_copy(_Oracle(spec.render(gpt4).ids, gpt4.vocab_size), gpt4, [spec])["respelled"]["n"] >= 1
         assert argument_copy(_Oracle(spec.render(spaced).ids, spaced.vocab_size), spaced, [spec])["in_prompt"]["n"] == 2
+
+
+@pytest.mark.parametrize("split", ["train", "unseen_values", "unseen_phrasings_and_tools"])
+def test_every_call_is_preceded_by_a_lookup_of_its_tool_line(split):
+    """The thinking before each call holds words of the request that the chosen tool's line has
+    (and, for a generated tool, no other offered line has), then the call's name."""
+    from llmkit.chat.template import tool_line
+
+    specs = make_skills(60, split=split, seed=4, kinds=["tool", "weather", "letters", "arithmetic", "multi"])
+    checked = 0
+    for spec in specs:
+        lines = {t.name: tool_line(t.definition()).lower() for t in spec.tools}
+        request = " ".join(m["content"] for m in spec.messages if m["role"] == "user" and isinstance(m["content"], str))
+        for message in spec.messages:
+            if message["role"] != "assistant" or not isinstance(message["content"], list):
+                continue
+            blocks = message["content"]
+            for before, block in zip(blocks, blocks[1:]):
+                if block["type"] not in ("tool_use", "server_tool_use"):
+                    continue
+                assert before["type"] == "thinking", "a call without its lookup"
+                key, _, name = before["thinking"].rpartition(" -> ")
+                assert name == block["name"] and key.lower() in lines[name]
+                if name not in COURSE_TOOLS:
+                    assert key.lower() in request.lower()  # the words come from the request
+                    assert all(key.lower() not in line for other, line in lines.items() if other != name)
+                checked += 1
+    assert checked >= 40
+
+
+def test_a_lookup_quotes_only_words_the_tool_line_has():
+    from llmkit.course.skills import lookup_note
+    from llmkit.course.tools import get_weather
+
+    assert lookup_note(get_weather, "weather") == "weather -> get_weather"
+    with pytest.raises(ValueError, match="tool line"):
+        lookup_note(get_weather, "umbrella")
