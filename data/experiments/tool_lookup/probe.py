@@ -26,9 +26,6 @@ import random, sys, time
 import torch
 from llmkit.model import ModelConfig, Transformer
 
-torch.set_num_threads(1)
-FMT, STEPS, LAYERS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-SEED = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 PAD, TOOLS, NL, USER, CALL, Q, US, COLON, THINK, ENDT = range(10)
 WORDS = list(range(16, 816))
 r0 = random.Random(123); r0.shuffle(WORDS)
@@ -128,45 +125,55 @@ def copy_batch(rng, size=32, width=96):
                 y[i, p] = row[p + 1]
     return x, y
 
-torch.manual_seed(SEED)
-model = Transformer(ModelConfig.llama(vocab_size=816, context_length=128, d_model=128, n_layers=LAYERS, n_heads=4))
-opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.1)
-rng = random.Random(SEED)
+def main(argv):
+    global FMT
+    torch.set_num_threads(1)
+    FMT, STEPS, LAYERS = argv[0], int(argv[1]), int(argv[2])
+    SEED = int(argv[3]) if len(argv) > 3 else 0
+    COPY_STEPS = int(argv[4]) if len(argv) > 4 else 1000
+    torch.manual_seed(SEED)
+    model = Transformer(ModelConfig.llama(vocab_size=816, context_length=128, d_model=128, n_layers=LAYERS, n_heads=4))
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.1)
+    rng = random.Random(SEED)
 
-@torch.no_grad()
-def evaluate(split, n=300):
-    rows = [example(FMT, split, random.Random(1000 + i)) for i in range(n)]
-    got = {"verb": 0, "subj": 0, "verb|subj": 0, "call": 0}
-    for ids, start, marks, _ in rows:
-        seq = torch.tensor([ids[:start]])
-        for _ in range(marks.get("call", marks["verb"]) - start + 1):
-            seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
-        got["verb"] += int(seq[0, marks["verb"]]) == ids[marks["verb"]]
-        if "call" in marks:
-            got["call"] += int(seq[0, marks["call"]]) == ids[marks["call"]]
-        if "subj" in marks:
-            got["subj"] += seq[0, marks["subj"]:marks["subj"] + 2].tolist() == ids[marks["subj"]:marks["subj"] + 2]
-        tf = model(torch.tensor([ids[:marks["verb"]]]))[0, -1].argmax()
-        got["verb|subj"] += int(tf) == ids[marks["verb"]]
-    chance = sum(1 / r[3] for r in rows) / n
-    return " ".join(f"{k} {v / n:.2f}" for k, v in got.items()) + f" (chance {chance:.2f})"
+    @torch.no_grad()
+    def evaluate(model, split, n=300):
+        rows = [example(FMT, split, random.Random(1000 + i)) for i in range(n)]
+        got = {"verb": 0, "subj": 0, "verb|subj": 0, "call": 0}
+        for ids, start, marks, _ in rows:
+            seq = torch.tensor([ids[:start]])
+            for _ in range(marks.get("call", marks["verb"]) - start + 1):
+                seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
+            got["verb"] += int(seq[0, marks["verb"]]) == ids[marks["verb"]]
+            if "call" in marks:
+                got["call"] += int(seq[0, marks["call"]]) == ids[marks["call"]]
+            if "subj" in marks:
+                got["subj"] += seq[0, marks["subj"]:marks["subj"] + 2].tolist() == ids[marks["subj"]:marks["subj"] + 2]
+            tf = model(torch.tensor([ids[:marks["verb"]]]))[0, -1].argmax()
+            got["verb|subj"] += int(tf) == ids[marks["verb"]]
+        chance = sum(1 / r[3] for r in rows) / n
+        return " ".join(f"{k} {v / n:.2f}" for k, v in got.items()) + f" (chance {chance:.2f})"
 
-t0 = time.time()
-for step in range(1, int(sys.argv[5]) + 1 if len(sys.argv) > 5 else 1001):
-    x, y = copy_batch(rng)
-    loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
-    opt.zero_grad(); loss.backward(); opt.step()
-    if step % 250 == 0:
-        with torch.no_grad():
-            x, y = copy_batch(random.Random(7), 64); m = y != -100
-            print("copy", step, f"{(model(x).argmax(-1)[m] == y[m]).float().mean():.2f}", f"{time.time() - t0:.0f}s", flush=True)
-for g in opt.param_groups:
-    g["lr"] = 1e-3
-for step in range(1, STEPS + 1):
-    x, y = copy_batch(rng) if step % 4 == 0 else batch(FMT, "train", rng, 32)[:2]
-    loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
-    opt.zero_grad(); loss.backward(); opt.step()
-    if step % 500 == 0:
-        model.eval()
-        print(f"{FMT} L{LAYERS} {step} loss {loss.item():.3f} | seen {evaluate('train')} | unseen {evaluate('heldout')} | {time.time() - t0:.0f}s", flush=True)
-        model.train()
+    t0 = time.time()
+    for step in range(1, COPY_STEPS + 1):
+        x, y = copy_batch(rng)
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(); loss.backward(); opt.step()
+        if step % 250 == 0:
+            with torch.no_grad():
+                x, y = copy_batch(random.Random(7), 64); m = y != -100
+                print("copy", step, f"{(model(x).argmax(-1)[m] == y[m]).float().mean():.2f}", f"{time.time() - t0:.0f}s", flush=True)
+    for g in opt.param_groups:
+        g["lr"] = 1e-3
+    for step in range(1, STEPS + 1):
+        x, y = copy_batch(rng) if step % 4 == 0 else batch(FMT, "train", rng, 32)[:2]
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(); loss.backward(); opt.step()
+        if step % 500 == 0:
+            model.eval()
+            print(f"{FMT} L{LAYERS} {step} loss {loss.item():.3f} | seen {evaluate(model, 'train')} | unseen {evaluate(model, 'heldout')} | {time.time() - t0:.0f}s", flush=True)
+            model.train()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
