@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
-from llmkit.chat.template import Rendered, render
+from llmkit.chat.template import Rendered, render, tool_line
 from llmkit.chat.tools import Tool, run_tool_call
 from llmkit.course.phrasing import fill, phrasing_split, template
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
@@ -176,8 +176,6 @@ def lookup_note(tool: Tool, key: str) -> str:
     them, and the name just before them can be read off it (data/models/recipe/README.md measures
     this on a toy model: without the step, choice at chance; with it, well above).
     """
-    from llmkit.chat.template import tool_line
-
     if key.lower() not in tool_line(tool.definition()).lower():
         raise ValueError(f"{key!r} is not in {tool.name}'s tool line: the lookup quotes words the line has")
     return f"{key} -> {tool.name}"
