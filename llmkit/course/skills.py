@@ -167,14 +167,16 @@ class _Builder:
 
 # ------------------------------------------------------------------------------------------ requests
 def lookup_note(tool: Tool, key: str) -> str:
-    """The thinking before a call: the words the request shares with the chosen tool's line, then
-    its name, e.g. "tide level -> get_tide_level".
+    """The thinking before a call: the words the request shares with the chosen tool's line (for the
+    course's own tools, the word of their line that says what they do), then its name, e.g.
+    "tide level -> get_tide_level".
 
     This is how a small left-to-right model can choose a tool it has never seen. A tool line starts
     with the name (``name(signature): summary``), so when the call begins nothing in the context
     points at the right line yet. Written out first, the request's words find the line that holds
-    them, and the name just before them can be read off it (data/models/recipe/README.md measures
-    this on a toy model: without the step, choice at chance; with it, well above).
+    them, and the name just before them can be read off it. data/experiments/tool_lookup measures
+    it on a toy model: without the step a held-out tool's name comes out 1 time in 100, with the
+    step (given) 71 times.
     """
     if key.lower() not in tool_line(tool.definition()).lower():
         raise ValueError(f"{key!r} is not in {tool.name}'s tool line: the lookup quotes words the line has")
