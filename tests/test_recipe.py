@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from llmkit.course.recipe import chain_hashes, load_recipe, recipe_main, run_recipe
 from llmkit.model.weights import load_model
@@ -303,3 +304,37 @@ def test_a_pretrain_stage_reads_the_corpus_mix_or_shakespeare_alone(tmp_path):
     assert not shakespeare.is_absolute() or not shakespeare.is_relative_to(Path.cwd())  # a run config that ships names no machine
     with pytest.raises(ValueError, match="'corpus', 'shakespeare'.*'poems'"):
         train_text_path("poems", tmp_path)
+
+
+def test_the_committed_base_is_what_the_recipe_in_git_makes(tmp_path):
+    """A fresh checkout goes on at the first chat stage: the base in git (staged until its chat model
+    is done) carries the done.json of every stage that made it, with the chain hashes of the configs
+    in git, so the recipe restores those stages instead of training them again."""
+    from llmkit.course.recipe import restore_shipped
+    from llmkit.paths import data_path
+
+    recipe = load_recipe(data_path("models", "recipe.json"))
+    staged = data_path("models", "staged")
+    models = staged if (staged / "base" / "stages").is_dir() else data_path("models")
+    restored = restore_shipped(recipe, tmp_path, models)
+    names = [stage["name"] for stage in recipe["stages"]]
+    base_stages = names[: names.index(recipe["ship"]["base"]) + 1]
+    assert restored == [name for name in base_stages if name != "corpus"]  # the corpus is remade in seconds
+    restored_model, _ = load_model(tmp_path / recipe["ship"]["base"] / "shipped")
+    committed, _ = load_model(models / "base")
+    assert all(torch.equal(restored_model.state_dict()[k], v) for k, v in committed.state_dict().items())
+
+
+def test_a_shipped_models_record_names_no_machines_folders(built, tmp_path):
+    """Run configs and logs hold the run folder's path; shipped, they name the recipe's own out_dir."""
+    from llmkit.course.recipe import ship_models
+
+    folder, path, *_ = built
+    portable = path.with_name("portable.json")
+    portable.write_text(json.dumps({**json.loads(path.read_text()), "out_dir": "runs/recipe"}))
+    shipped = ship_models(portable, out_dir=str(folder / "runs"), models_dir=tmp_path / "models", names=["base"])
+    files = [f for f in (shipped["base"] / "stages").rglob("*") if f.is_file()]
+    assert any(f.name == "train_config.json" for f in files)
+    assert not any(str(folder) in f.read_text(encoding="utf-8") for f in files)
+    config = json.loads((shipped["base"] / "stages" / "pretrain" / "train_config.json").read_text())
+    assert config["out_dir"] == "runs/recipe/pretrain" and config["tokenizer"] == "runs/recipe/tokenizer/tokenizer.json"

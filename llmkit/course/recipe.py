@@ -34,7 +34,8 @@ from llmkit.course.conversations import make_conversations, pick_letter
 from llmkit.course.preferences import make_preferences
 from llmkit.course.strawberry import strawberry_task, strawberry_tasks
 from llmkit.course.entities import CopyWords, heldout_values, invent, with_fresh_entity
-from llmkit.course.recipe_stages import MODEL_KINDS, RUNNERS, SHIPPED, chain_hashes, load_recipe, stage_logger, write_json
+from llmkit.course.recipe_stages import (MODEL_KINDS, RUNNERS, SHIPPED, chain_hashes, load_recipe, stage_logger,
+                                         write_json, write_text)
 from llmkit.files import atomic_copy
 from llmkit.training.checkpoint import read_log
 from llmkit.training.config import FinetuneConfig
@@ -308,7 +309,8 @@ def ship_models(path: str | Path, *, out_dir: str | None = None, models_dir: str
         end = stage_names.index(stage_name) + 1
         if model_name in wanted:
             shipped[model_name] = _ship_one(out / stage_name / SHIPPED, models / model_name,
-                                            [out / name for name in stage_names[start:end]])
+                                            [out / name for name in stage_names[start:end]],
+                                            RunFolder(out, recipe["out_dir"]))
         start = end
     return shipped
 
@@ -316,7 +318,22 @@ def ship_models(path: str | Path, *, out_dir: str | None = None, models_dir: str
 KEPT_ON_SHIP = ("README.md",)  # written by hand, so shipping leaves it (and says it may need updating)
 
 
-def _ship_one(weights: Path, target: Path, stage_folders: list[Path]) -> Path:
+@dataclass(frozen=True)
+class RunFolder:
+    """Where a run was made (``path``) and how shipped files name it (``written_as``, the recipe's
+    own ``out_dir``, say ``runs/recipe``): a model in git must not carry one machine's folder names."""
+    path: Path
+    written_as: str
+
+    def portable(self, text: str) -> str:
+        """``text`` with every spelling of the run folder (as given, absolute, resolved) replaced."""
+        spellings = {str(self.path), str(self.path.absolute()), str(self.path.resolve())} - {self.written_as}
+        for spelling in sorted(spellings, key=len, reverse=True):  # longest first: one may contain another
+            text = text.replace(spelling, self.written_as)
+        return text
+
+
+def _ship_one(weights: Path, target: Path, stage_folders: list[Path], run: RunFolder) -> Path:
     """Replace everything in ``target`` but its README with ``weights``' files and those stages' logs.
 
     Files a previous model left (an older run's logs or measurements) are removed, not kept beside
@@ -335,15 +352,22 @@ def _ship_one(weights: Path, target: Path, stage_folders: list[Path]) -> Path:
         atomic_copy(file, target / file.name)
     for folder in stage_folders:
         (target / "stages" / folder.name).mkdir(parents=True)
-        copy_stage_files(folder, target / "stages" / folder.name)
+        copy_stage_files(folder, target / "stages" / folder.name, run=run)
     return target
 
 
-def copy_stage_files(source: Path, target: Path) -> None:
-    """Copy a stage's record (``STAGE_FILES`` that exist) between a run folder and a shipped model."""
+def copy_stage_files(source: Path, target: Path, *, run: RunFolder | None = None) -> None:
+    """Copy a stage's record (``STAGE_FILES`` that exist) between a run folder and a shipped model.
+
+    When shipping (``run`` given), paths inside the run folder are rewritten to the recipe's
+    ``out_dir`` (``RunFolder.portable``), so the record in git names no machine's folders."""
     for file in STAGE_FILES:
-        if (source / file).is_file():
+        if not (source / file).is_file():
+            continue
+        if run is None:
             atomic_copy(source / file, target / file)
+        else:
+            write_text(target / file, run.portable((source / file).read_text(encoding="utf-8")))
 
 
 def stage_logs(model_dir: str | Path, recipe: str | Path | None = None) -> list[tuple[str, list[dict]]]:
