@@ -333,6 +333,23 @@ def test_tool_name_choice_is_one_for_a_model_that_predicts_the_name_and_zero_for
                          make_skills(1, split="seen", seed=0, kinds=["chitchat"]))
 
 
+def test_lookup_choice_scores_the_name_written_after_the_lookups_words(tokenizer):
+    from llmkit.course.skill_scores import _call_token_positions, lookup_choice
+
+    spec = make_skills(1, split="unseen_phrasings_and_tools", seed=4, kinds=["tool"])[0]
+    ids = spec.render(tokenizer).ids
+    name = spec.expected.calls[0][0]
+    note = spec.messages[1]["content"][0]["thinking"]
+    end = len(note.encode())
+    positions = _call_token_positions(tokenizer, ids, ids.index(tokenizer.special_tokens["<|thinking|>"]),
+                                      end - len(name), end)
+    assert b"".join(tokenizer.token_bytes(ids[p]) for p in positions).strip() == name.encode()  # the name alone
+    good = lookup_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer, [spec])
+    bad = lookup_choice(_Oracle(ids, tokenizer.vocab_size, wrong=True), tokenizer, [spec])
+    assert (good["right"], bad["right"], good["n"]) == (1.0, 0.0, 1)
+    assert good["chance"] == pytest.approx(1 / len(spec.tools))
+
+
 def test_without_thinking_takes_out_the_thinking_that_names_the_tool_and_nothing_else():
     from llmkit.course.skill_scores import without_thinking
 

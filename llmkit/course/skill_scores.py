@@ -261,17 +261,55 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
     return {"right": right / n, "chance": chance / n, "n": n}
 
 
+def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, float | int]:
+    """Teacher-forced, the lookup's words given: how often the model writes the first call's tool
+    name right where its thinking reads ``"<words> -> "`` (``skills.lookup_note``).
+
+    The skill data thinks before every call: the words the request shares with the tool's line,
+    then the name. With the words given, writing the name is the lookup in the tool list alone,
+    the step a toy model learns for held-out tools only slowly (``data/experiments/tool_lookup``).
+    ``tool_name_choice`` takes the thinking out, which for this data is a prompt it never saw.
+    """
+    import torch
+
+    marker = tokenizer.special_tokens["<|thinking|>"]
+    right, chance, n = 0, 0.0, 0
+    for spec in specs:
+        if not spec.expected.calls:
+            continue
+        name = spec.expected.calls[0][0]
+        note = next(block["thinking"] for message in spec.messages if message["role"] == "assistant"
+                    for block in message["content"] if isinstance(block, dict) and block["type"] == "thinking")
+        if not note.endswith(" -> " + name):
+            raise ValueError(f"the first thinking is not a lookup of {name!r}: {note!r}")
+        ids = spec.render(tokenizer).ids
+        start = len(note.encode("utf-8")) - len(name.encode("utf-8"))
+        name_ids = _call_token_positions(tokenizer, ids, ids.index(marker), start, len(note.encode("utf-8")))
+        with torch.no_grad():
+            logits = model(torch.tensor([ids[: name_ids[-1] + 1]], device=next(model.parameters()).device))[0]
+        right += all(int(logits[i - 1].argmax()) == ids[i] for i in name_ids)
+        chance += 1 / len(spec.tools)
+        n += 1
+    if n == 0:
+        raise ValueError("none of these conversations calls a tool; use tool-calling kinds such as 'tool'")
+    return {"right": right / n, "chance": chance / n, "n": n}
+
+
 TOOL_CALLING_KINDS = ("tool", "weather", "letters", "search", "arithmetic", "multi")
 
 
 def teacher_forced_scores(model, tokenizer, split: str, *, n: int = 40, seed: int = 11) -> dict[str, float]:
-    """The two teacher-forced skills on conversations of ``split``, as flat figures for a log:
-    ``tool_choice`` on ``n`` generated-tool conversations (beside ``tool_choice_chance``) and
+    """The teacher-forced skills on conversations of ``split``, as flat figures for a log:
+    ``tool_choice`` and ``lookup_choice`` on ``n`` generated-tool conversations (beside
+    ``tool_choice_chance``, which is the chance of both) and
     ``copy_in_prompt`` / ``copy_respelled`` on the argument values of ``n`` conversations of the
     tool-calling kinds in turn."""
-    choice = tool_name_choice(model, tokenizer, make_skills(n, split=split, seed=seed, kinds=["tool"]))
+    tool_specs = make_skills(n, split=split, seed=seed, kinds=["tool"])
+    choice = tool_name_choice(model, tokenizer, tool_specs)
+    lookup = lookup_choice(model, tokenizer, tool_specs)
     copy = argument_copy(model, tokenizer, make_skills(n, split=split, seed=seed, kinds=list(TOOL_CALLING_KINDS)))
-    figures = {"tool_choice": round(choice["right"], 4), "tool_choice_chance": round(choice["chance"], 4)}
+    figures = {"tool_choice": round(choice["right"], 4), "tool_choice_chance": round(choice["chance"], 4),
+               "lookup_choice": round(lookup["right"], 4)}
     figures.update({f"copy_{group}": round(g["right"], 4) for group, g in copy.items() if g["n"]})
     return figures
 
