@@ -242,23 +242,11 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
     would be a copy. ``chance`` is what picking one of the offered tools at random would score: a
     model at or below it has not learned to read the tool list, whatever its loss says.
     """
-    import torch
-
-    marker = tokenizer.special_tokens["<|tool_call|>"]
-    right, chance, n = 0, 0.0, 0
-    for spec in specs:
-        if not spec.expected.calls:
-            continue
+    def in_the_call(spec: SkillConversation) -> tuple[list[int], list[int]]:
         ids = without_thinking(spec).render(tokenizer).ids
-        name_ids = _first_call_name_positions(tokenizer, ids, ids.index(marker), spec.expected.calls[0][0])
-        with torch.no_grad():
-            logits = model(torch.tensor([ids[: name_ids[-1] + 1]], device=next(model.parameters()).device))[0]
-        right += all(int(logits[i - 1].argmax()) == ids[i] for i in name_ids)
-        chance += 1 / len(spec.tools)
-        n += 1
-    if n == 0:
-        raise ValueError("none of these conversations calls a tool; use tool-calling kinds such as 'tool'")
-    return {"right": right / n, "chance": chance / n, "n": n}
+        marker = ids.index(tokenizer.special_tokens["<|tool_call|>"])
+        return ids, _first_call_name_positions(tokenizer, ids, marker, spec.expected.calls[0][0])
+    return _name_choice(model, specs, in_the_call)
 
 
 def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, float | int]:
@@ -270,21 +258,29 @@ def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
     the step a toy model learns for held-out tools only slowly (``data/experiments/tool_lookup``).
     ``tool_name_choice`` takes the thinking out, which for this data is a prompt it never saw.
     """
-    import torch
-
-    marker = tokenizer.special_tokens["<|thinking|>"]
-    right, chance, n = 0, 0.0, 0
-    for spec in specs:
-        if not spec.expected.calls:
-            continue
+    def in_the_thinking(spec: SkillConversation) -> tuple[list[int], list[int]]:
         name = spec.expected.calls[0][0]
         note = next(block["thinking"] for message in spec.messages if message["role"] == "assistant"
                     for block in message["content"] if isinstance(block, dict) and block["type"] == "thinking")
         if not note.endswith(" -> " + name):
             raise ValueError(f"the first thinking is not a lookup of {name!r}: {note!r}")
         ids = spec.render(tokenizer).ids
-        start = len(note.encode("utf-8")) - len(name.encode("utf-8"))
-        name_ids = _call_token_positions(tokenizer, ids, ids.index(marker), start, len(note.encode("utf-8")))
+        end = len(note.encode("utf-8"))
+        marker = ids.index(tokenizer.special_tokens["<|thinking|>"])
+        return ids, _call_token_positions(tokenizer, ids, marker, end - len(name.encode("utf-8")), end)
+    return _name_choice(model, specs, in_the_thinking)
+
+
+def _name_choice(model, specs: list[SkillConversation], locate) -> dict[str, float | int]:
+    """The share of tool-calling ``specs`` where the model, given every token before them, predicts
+    all the name tokens that ``locate(spec) -> (ids, positions)`` points at; and its chance."""
+    import torch
+
+    right, chance, n = 0, 0.0, 0
+    for spec in specs:
+        if not spec.expected.calls:
+            continue
+        ids, name_ids = locate(spec)
         with torch.no_grad():
             logits = model(torch.tensor([ids[: name_ids[-1] + 1]], device=next(model.parameters()).device))[0]
         right += all(int(logits[i - 1].argmax()) == ids[i] for i in name_ids)
