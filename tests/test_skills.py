@@ -334,7 +334,7 @@ def test_tool_name_choice_is_one_for_a_model_that_predicts_the_name_and_zero_for
 
 
 def test_lookup_choice_scores_the_name_written_after_the_lookups_words(tokenizer):
-    from llmkit.course.skill_scores import _call_token_positions, lookup_choice
+    from llmkit.course.skill_scores import _call_token_positions, lookup_choice, without_thinking
 
     spec = make_skills(1, split="unseen_phrasings_and_tools", seed=4, kinds=["tool"])[0]
     ids = spec.render(tokenizer).ids
@@ -348,6 +348,8 @@ def test_lookup_choice_scores_the_name_written_after_the_lookups_words(tokenizer
     bad = lookup_choice(_Oracle(ids, tokenizer.vocab_size, wrong=True), tokenizer, [spec])
     assert (good["right"], bad["right"], good["n"]) == (1.0, 0.0, 1)
     assert good["chance"] == pytest.approx(1 / len(spec.tools))
+    with pytest.raises(ValueError, match="not a lookup"):  # data without the lookup step cannot be scored so
+        lookup_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer, [without_thinking(spec)])
 
 
 def test_without_thinking_takes_out_the_thinking_that_names_the_tool_and_nothing_else():

@@ -260,8 +260,8 @@ def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
     """
     def in_the_thinking(spec: SkillConversation) -> tuple[list[int], list[int]]:
         name = spec.expected.calls[0][0]
-        note = next(block["thinking"] for message in spec.messages if message["role"] == "assistant"
-                    for block in message["content"] if isinstance(block, dict) and block["type"] == "thinking")
+        note = next((block["thinking"] for message in spec.messages if message["role"] == "assistant"
+                     for block in message["content"] if isinstance(block, dict) and block["type"] == "thinking"), "")
         if not note.endswith(" -> " + name):
             raise ValueError(f"the first thinking is not a lookup of {name!r}: {note!r}")
         ids = spec.render(tokenizer).ids
@@ -380,7 +380,8 @@ def _occurs_in(haystack: list[int], needle: list[int]) -> bool:
 
 
 def _call_token_positions(tokenizer, ids: list[int], marker_at: int, start: int, end: int) -> list[int]:
-    """Positions of the tokens after ``<|tool_call|>`` that cover bytes ``start:end`` of the call's text."""
+    """Positions of the tokens after the marker at ``marker_at`` (``<|tool_call|>``, ``<|thinking|>``)
+    that cover bytes ``start:end`` of the text written after it."""
     positions, offset = [], 0
     for position in range(marker_at + 1, len(ids)):
         piece = tokenizer.token_bytes(ids[position])
