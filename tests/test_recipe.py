@@ -149,6 +149,30 @@ def test_a_fresh_checkout_restores_the_shipped_base_and_fine_tunes_from_it(built
     assert "from " + str(folder / "runs" / "pretrain" / "shipped") in (folder / "runs" / "sft" / "stage.log").read_text()
 
 
+def test_a_fine_tuned_stage_shipped_part_way_is_restored_and_the_next_stage_starts_from_it(built, tmp_path):
+    """A recipe that ships its SFT model (a later sitting goes on from it): a fresh checkout restores
+    the base and the SFT stage, and DPO starts from the SFT model's shipped (bf16) copy."""
+    from llmkit.course.recipe import ship_models
+
+    folder, path, *_ = built
+    recipe = json.loads(path.read_text())
+    recipe["ship"] = {"base": "pretrain", "skills": "sft", "chat": "evals"}
+    part_way = folder / "recipe_part_way.json"
+    part_way.write_text(json.dumps(recipe))
+    models = tmp_path / "models"
+    assert set(ship_models(part_way, models_dir=models, names=["base", "skills"])) == {"base", "skills"}
+    assert sorted(p.name for p in (models / "skills" / "stages").iterdir()) == ["sft"]
+    fresh = tmp_path / "fresh"
+    outcome = run_recipe(part_way, out_dir=str(fresh), models_dir=models, stop_after="dpo", progress=False)
+    assert outcome == {"tokenizer": "restored", "corpus": "done", "copy_warmup": "restored",
+                       "pretrain": "restored", "sft": "restored", "dpo": "done"}
+    assert "from " + str(fresh / "sft" / "shipped") in (fresh / "dpo" / "stage.log").read_text()
+    restored, _ = load_model(fresh / "sft" / "shipped")
+    trained, _ = load_model(folder / "runs" / "sft" / "model")
+    for name, value in restored.state_dict().items():  # the SFT weights, each rounded to bf16
+        assert torch.equal(value, trained.state_dict()[name].to(torch.bfloat16).float())
+
+
 def test_the_command_ships_to_and_restores_from_a_models_dir(built, tmp_path, capsys):
     _, path, *_ = built
     models = tmp_path / "staged"

@@ -217,9 +217,10 @@ def restore_shipped(recipe: dict, out: Path, models_dir: Path) -> list[str]:
         if not made or made != segment[:len(made)] or not all(_is_done(shipped / "stages" / names[i], chains[i])
                                                               for i in made):
             break  # the shipped model was made by other configs: its stages, and every later one, run
-        if not all(_is_done(out / names[i], chains[i]) for i in range(segment[0])):
+        if not all(_is_done(out / names[i], chains[i]) or stages[i]["kind"] == "corpus" for i in range(segment[0])):
             break  # an earlier stage is not done: the shipped model cannot count as its continuation
-        # the corpus is not shipped; remaking it takes seconds, and a later pretraining stage reads it
+        # the corpus is not shipped (nor counted above); remaking it takes seconds, and the run
+        # remakes it before any later stage that reads it
         kept = [i for i in made if stages[i]["kind"] != "corpus"]
         if not all(_is_done(out / names[i], chains[i]) for i in kept):
             _restore(shipped, out, [stages[i] for i in kept])

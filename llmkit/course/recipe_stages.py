@@ -32,7 +32,7 @@ from llmkit.paths import data_path
 
 KINDS = ("tokenizer", "corpus", "pretrain", "sft", "dpo", "evals")
 MODEL_KINDS = ("pretrain", "sft", "dpo")
-SHIPPED = "shipped"  # the folder, in the pretrain and evals stages, of the model as it ships (bf16 on disk)
+SHIPPED = "shipped"  # the folder, in every stage that makes a model and in evals, of the model as it ships (bf16)
 DOC_SEPARATOR = "\n<|endoftext|>\n"
 
 
@@ -233,6 +233,9 @@ def run_finetune(stage: str, settings: dict, folder: Path, log: logging.Logger, 
     if not finetune_stage(stage, cfg, kinds=settings.get("kinds"), probe=settings.get("probe"), resume=resume,
                           stop_after=stop_at_step, progress=progress):
         return None
+    # the copy a recipe may ship part-way (say the skills model, to go on in a later sitting);
+    # a stage that ships hands it, not model/, to the next stage, trained or restored alike
+    ship_copy(folder / "model", folder / SHIPPED)
     return _last_eval(folder)
 
 

@@ -10,6 +10,8 @@ the values from large pools and invented ones (``llmkit.course.values``). The ki
 - memory:     an introduction, maybe some chat, then "what's my name?" (only the history knows)
 - chitchat:   greetings, thanks, questions about the assistant: answer without a tool, tools or not
 - multi:      two requests in one message: two calls one after the other, then one answer
+- errands:    one list of 3-5 generated tools, then 2-4 requests in turn, each for a different tool:
+              the same context asks for different names, so only reading the list gets them right
 
 Splits (``SPLITS``): ``train`` and ``seen`` (training phrasings, tool pools and values; different
 seeds), ``unseen_values`` (training phrasings and tools, held-out values) and
@@ -33,9 +35,9 @@ from llmkit.course.tools import calculator, count_letters, get_weather, web_sear
 from llmkit.course.values import DAYS, draw, value_split
 
 SPLITS = ("train", "seen", "unseen_values", "unseen_phrasings_and_tools")
-KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi")
-MIX = {"tool": 30, "multi": 10, "missing": 10, "memory": 10, "chitchat": 8, "weather": 8, "letters": 8,
-       "arithmetic": 8, "search": 8}  # the training share of each kind (course tools: about a third)
+KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands")
+MIX = {"tool": 20, "errands": 20, "multi": 10, "missing": 10, "memory": 8, "chitchat": 6, "weather": 7,
+       "letters": 7, "arithmetic": 6, "search": 6}  # the training share of each kind (course tools: about a quarter)
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
 SYSTEM_PROMPTS = [None, "You are a helpful assistant.", "You are a helpful assistant. Answer briefly.",
                   "Use a tool when one fits; otherwise answer directly."]
@@ -315,6 +317,27 @@ def _multi(b: _Builder) -> SkillConversation:
     return SkillConversation("multi", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)
 
 
+def _errands(b: _Builder) -> SkillConversation:
+    """Several requests against one tool list, each answered before the next is asked.
+
+    Each turn asks for a different tool of the same list, so no guess from the context alone (the
+    last name written, the most familiar verb) names the right one: the request's words must be
+    found in the list. It gives 2-4 lookups per conversation where ``tool`` gives one. ``expected``
+    is the last turn's: an evaluation lets the model go on from the last request, history and all.
+    """
+    tools: list[GenTool] = []
+    for _ in range(b.rng.randint(3, 5)):
+        tools.append(make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word,
+                               avoid={t.subject.split()[0] for t in tools}))
+    offered = [t.as_tool() for t in tools]
+    messages: list[dict] = []
+    for tool in b.rng.sample(tools, b.rng.randint(2, min(4, len(tools)))):
+        request = _subject_request(b, tool)
+        turn, expected = _answer_requests(b, [request], request.text, offered)
+        messages += turn
+    return SkillConversation("errands", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)
+
+
 def _missing(b: _Builder) -> SkillConversation:
     """A request whose tool is not offered: the answer says so and holds no number."""
     if b.rng.random() < 0.7:
@@ -369,7 +392,7 @@ def _memory(b: _Builder) -> SkillConversation:
 BUILDERS = {"tool": lambda b: _single(b, "tool"), "weather": lambda b: _single(b, "weather"),
             "letters": lambda b: _single(b, "letters"), "arithmetic": lambda b: _single(b, "arithmetic"),
             "search": lambda b: _single(b, "search"), "missing": _missing, "memory": _memory,
-            "chitchat": _chitchat, "multi": _multi}
+            "chitchat": _chitchat, "multi": _multi, "errands": _errands}
 
 
 def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True) -> SkillConversation:
