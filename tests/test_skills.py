@@ -295,10 +295,11 @@ def test_batched_evals_run_the_same_greedy_conversations_as_one_at_a_time(tiny_l
 class _Oracle:
     """A stand-in model whose logits pick ``target``'s next token, or any other token when ``wrong``."""
 
-    def __init__(self, target: list[int], vocab: int, wrong: bool = False):
+    def __init__(self, target: list[int], vocab: int, wrong: bool = False, wrong_at: frozenset = frozenset()):
         import torch
 
         self.target, self.vocab, self.wrong, self._weight = target, vocab, wrong, torch.zeros(1)
+        self.wrong_at = wrong_at  # positions of ``target`` predicted wrong even when not ``wrong``
 
     def parameters(self):
         return iter([self._weight])
@@ -311,7 +312,7 @@ class _Oracle:
         logits = torch.zeros(1, length, self.vocab)
         for i in range(length):
             nxt = self.target[i + 1] if i + 1 < len(self.target) else 0
-            logits[0, i, (nxt + 1) % self.vocab if self.wrong else nxt] = 1.0
+            logits[0, i, (nxt + 1) % self.vocab if self.wrong or i + 1 in self.wrong_at else nxt] = 1.0
         return logits
 
 
@@ -351,6 +352,26 @@ def test_lookup_choice_scores_the_name_written_after_the_lookups_words(tokenizer
     assert good["chance"] == pytest.approx(1 / len(spec.tools))
     with pytest.raises(ValueError, match="not a lookup"):  # data without the lookup step cannot be scored so
         lookup_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer, [without_thinking(spec)])
+
+
+def test_lookup_choice_scores_the_last_request_of_errands_not_the_first():
+    """Errands look up several tools in turn; the score is the expected call's, after the prompt."""
+    from llmkit.course.skill_scores import lookup_choice
+
+    tokenizer = Tokenizer.load(data_path("models", "staged", "base", "tokenizer.json"))
+    from llmkit.course.skill_scores import _call_token_positions
+
+    spec = next(s for s in make_skills(8, split="seen", seed=2, kinds=["errands"]) if len(s.prompt) > 1)
+    ids = spec.render(tokenizer).ids
+    markers = [i for i, t in enumerate(ids) if t == tokenizer.special_tokens["<|thinking|>"]]
+    first_note = spec.messages[1]["content"][0]["thinking"]
+    first_name = first_note.split(" -> ")[1]
+    assert len(markers) >= 2 and first_name != spec.expected.calls[0][0]
+    end = len(first_note.encode())
+    first = frozenset(_call_token_positions(tokenizer, ids, markers[0], end - len(first_name), end))
+    wrong_first = lookup_choice(_Oracle(ids, tokenizer.vocab_size, wrong_at=first), tokenizer, [spec])
+    wrong_all = lookup_choice(_Oracle(ids, tokenizer.vocab_size, wrong=True), tokenizer, [spec])
+    assert (wrong_first["right"], wrong_all["right"]) == (1.0, 0.0)  # the first turn's lookup is only context
 
 
 def test_without_thinking_takes_out_the_thinking_that_names_the_tool_and_nothing_else():

@@ -250,8 +250,9 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
 
 
 def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, float | int]:
-    """Teacher-forced, the lookup's words given: how often the model writes the first call's tool
-    name right where its thinking reads ``"<words> -> "`` (``skills.lookup_note``).
+    """Teacher-forced, the lookup's words given: how often the model writes the expected first call's
+    tool name right where its thinking reads ``"<words> -> "`` (``skills.lookup_note``); that is the
+    first thinking after the prompt, so earlier turns (the ``errands`` kind) are context.
 
     The skill data thinks before every call: the words the request shares with the tool's line,
     then the name. With the words given, writing the name is the lookup in the tool list alone,
@@ -260,14 +261,19 @@ def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
     """
     def in_the_thinking(spec: SkillConversation) -> tuple[list[int], list[int]]:
         name = spec.expected.calls[0][0]
-        note = next((block["thinking"] for message in spec.messages if message["role"] == "assistant"
-                     for block in message["content"] if isinstance(block, dict) and block["type"] == "thinking"), "")
+        notes = [block["thinking"] for message in spec.messages if message["role"] == "assistant"
+                 and isinstance(message["content"], list)
+                 for block in message["content"] if block["type"] == "thinking"]
+        before = sum(1 for message in spec.prompt if message["role"] == "assistant"
+                     and isinstance(message["content"], list)
+                     for block in message["content"] if block["type"] == "thinking")
+        note = notes[before] if before < len(notes) else ""
         if not note.endswith(" -> " + name):
-            raise ValueError(f"the first thinking is not a lookup of {name!r}: {note!r}")
+            raise ValueError(f"the thinking before the expected call is not a lookup of {name!r}: {note!r}")
         ids = spec.render(tokenizer).ids
         end = len(note.encode("utf-8"))
-        marker = ids.index(tokenizer.special_tokens["<|thinking|>"])
-        return ids, _call_token_positions(tokenizer, ids, marker, end - len(name.encode("utf-8")), end)
+        markers = [i for i, token in enumerate(ids) if token == tokenizer.special_tokens["<|thinking|>"]]
+        return ids, _call_token_positions(tokenizer, ids, markers[before], end - len(name.encode("utf-8")), end)
     return _name_choice(model, specs, in_the_thinking)
 
 
