@@ -10,7 +10,7 @@ the values from large pools and invented ones (``llmkit.course.values``). The ki
 - memory:     an introduction, maybe some chat, then "what's my name?" (only the history knows)
 - chitchat:   greetings, thanks, questions about the assistant: answer without a tool, tools or not
 - multi:      two requests in one message: two calls one after the other, then one answer
-- errands:    one list of 3-5 generated tools, then 2-4 requests in turn, each for a different tool:
+- errands:    one list of 3-4 generated tools, then 2-3 requests in turn, each for a different tool:
               the same context asks for different names, so only reading the list gets them right
 
 Splits (``SPLITS``): ``train`` and ``seen`` (training phrasings, tool pools and values; different
@@ -322,16 +322,16 @@ def _errands(b: _Builder) -> SkillConversation:
 
     Each turn asks for a different tool of the same list, so no guess from the context alone (the
     last name written, the most familiar verb) names the right one: the request's words must be
-    found in the list. It gives 2-4 lookups per conversation where ``tool`` gives one. ``expected``
+    found in the list. It gives 2-3 lookups per conversation where ``tool`` gives one. ``expected``
     is the last turn's: an evaluation lets the model go on from the last request, history and all.
     """
     tools: list[GenTool] = []
-    for _ in range(b.rng.randint(3, 5)):
+    for _ in range(b.rng.randint(3, 4)):
         tools.append(make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word,
                                avoid={t.subject.split()[0] for t in tools}))
     offered = [t.as_tool() for t in tools]
     messages: list[dict] = []
-    for tool in b.rng.sample(tools, b.rng.randint(2, min(4, len(tools)))):
+    for tool in b.rng.sample(tools, b.rng.randint(2, 3)):
         request = _subject_request(b, tool)
         turn, expected = _answer_requests(b, [request], request.text, offered)
         messages += turn

@@ -9,7 +9,8 @@ conversation here offers tools made up on the spot:
 - a snake_case name from a word list (``check_tide_level``, ``parcel_delay``), sometimes with an
   invented word in it (``check_plimbo_level``), so a name can only be copied, never remembered;
   with ``invent_every_word`` (the skill conversations) the measure and the parameter names are
-  invented as often as the domain, so that nothing in a definition can be remembered instead of read;
+  invented as often as the domain, and the verb half the time, so that nothing in a definition
+  can be remembered instead of read (from 9 pool verbs, a model learned to guess one);
 - 0-3 parameters with varied names (``harbor``, ``target_city``, ``include_history``) and types
   (string, integer, number, boolean, enum);
 - a description in varied wording; a result that is a JSON object with varied keys, sometimes
@@ -33,6 +34,7 @@ TOOL_SPLITS = ("train", "heldout")
 TYPES = ("string", "integer", "number", "boolean", "enum")
 INVENTED_WORD_RATE = 0.25  # how often a corpus document's tool has a made-up domain word
 SKILL_INVENTED_WORD_RATE = 0.35  # how often each name word of a skill conversation's tool is made up
+SKILL_INVENTED_VERB_RATE = 0.5  # its verb: from 9 pool verbs a model learns to guess one, not to read it
 
 TOOL_WORDS = {
     "train": {
@@ -187,7 +189,7 @@ def make_tool(rng: random.Random, split: str, value_split: str | None = None, *,
         if domain not in avoid:
             break
     measure = _word(rng, words["measures"], split, rate, True) if invent_every_word else rng.choice(words["measures"])
-    verb = rng.choice(words["verbs"])
+    verb = _word(rng, words["verbs"], split, SKILL_INVENTED_VERB_RATE, True) if invent_every_word else rng.choice(words["verbs"])
     name = rng.choice([f"{verb}_{domain}_{measure}", f"{domain}_{measure}", f"{verb}_{domain}_{measure}"])
     n_params = rng.choice([0, 1, 1, 2, 2, 3]) if params is None else params
     chosen: list[Param] = []
