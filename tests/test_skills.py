@@ -44,6 +44,17 @@ def test_every_kind_renders_fits_1024_and_ends_its_turn(tokenizer, kind, split):
         assert all(v in text for v in c.expected.answer_values)
 
 
+@pytest.mark.parametrize("split", SPLITS)
+def test_errands_ask_for_different_offered_tools_in_turn_and_expect_the_last(split):
+    for seed in range(20):
+        c = make_skill("errands", split, seed)
+        names = [b["name"] for b in calls_in(c.messages)]
+        assert 2 <= len(names) <= 3 and len(set(names)) == len(names)  # a different tool each turn
+        assert set(names) <= {t.name for t in c.tools} and 3 <= len(c.tools) <= 4
+        assert c.expected.calls[0][0] == names[-1]
+        assert len(_user_texts(c)) == len(names)  # one typed request per call, each answered in turn
+
+
 def test_the_training_mix_has_every_kind_and_is_seeded():
     a = make_skills(300, split="train", seed=4)
     assert {c.kind for c in a} == set(KINDS)

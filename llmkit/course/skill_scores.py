@@ -261,12 +261,7 @@ def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
     """
     def in_the_thinking(spec: SkillConversation) -> tuple[list[int], list[int]]:
         name = spec.expected.calls[0][0]
-        notes = [block["thinking"] for message in spec.messages if message["role"] == "assistant"
-                 and isinstance(message["content"], list)
-                 for block in message["content"] if block["type"] == "thinking"]
-        before = sum(1 for message in spec.prompt if message["role"] == "assistant"
-                     and isinstance(message["content"], list)
-                     for block in message["content"] if block["type"] == "thinking")
+        notes, before = _thinking_notes(spec.messages), len(_thinking_notes(spec.prompt))
         note = notes[before] if before < len(notes) else ""
         if not note.endswith(" -> " + name):
             raise ValueError(f"the thinking before the expected call is not a lookup of {name!r}: {note!r}")
@@ -275,6 +270,12 @@ def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
         markers = [i for i, token in enumerate(ids) if token == tokenizer.special_tokens["<|thinking|>"]]
         return ids, _call_token_positions(tokenizer, ids, markers[before], end - len(name.encode("utf-8")), end)
     return _name_choice(model, specs, in_the_thinking)
+
+
+def _thinking_notes(messages: list[dict]) -> list[str]:
+    """The text of every thinking block in the assistant's messages, in order."""
+    return [block["thinking"] for message in messages if message["role"] == "assistant"
+            and isinstance(message["content"], list) for block in message["content"] if block["type"] == "thinking"]
 
 
 def _name_choice(model, specs: list[SkillConversation], locate) -> dict[str, float | int]:
