@@ -89,4 +89,38 @@ def test_skill_tools_invent_measures_and_parameter_names_and_corpus_tools_do_not
 
     assert invented_shares() == (0.0, 0.0)  # the corpus's documents: only the domain is ever made up
     measures, params = invented_shares(invent_every_word=True)
-    assert 0.25 < measures < 0.45 and 0.15 < params < 0.4  # strings and numbers only, so fewer params
+    assert 0.57 < measures < 0.77 and 0.3 < params < 0.5  # two thirds; strings and numbers only, so fewer params
+
+
+def test_tool_vocabulary_is_the_corpus_words_split_by_the_value_hash_without_pool_words():
+    from llmkit.course.tool_vocabulary import WORDS, corpus_words
+    from llmkit.course.toolgen import VOCABULARY
+    from llmkit.course.values import value_split
+    from llmkit.paths import data_path
+
+    assert WORDS == corpus_words(data_path("corpus", "train.txt").read_text(encoding="utf-8"))
+    assert not set(VOCABULARY["train"]) & set(VOCABULARY["heldout"])
+    every_pool_word = pool_words("train") | pool_words("heldout")
+    for split in ("train", "heldout"):
+        assert len(VOCABULARY[split]) > 500 and not set(VOCABULARY[split]) & every_pool_word
+        assert all(value_split(w) == split for w in VOCABULARY[split])
+
+
+def test_corpus_words_are_the_most_frequent_with_ties_in_alphabetical_order():
+    from llmkit.course.tool_vocabulary import corpus_words
+
+    assert corpus_words("bb aa bb cc Dd dd x1x dddd aaaa aaaa bbbb eeeeeeeeeee", 2) == ["aaaa", "bbbb"]
+    assert corpus_words("zzzz yyyy zzzz", 5) == ["zzzz", "yyyy"]
+
+
+def test_skill_tools_name_themselves_with_words_of_their_own_split_third_from_each_source():
+    from llmkit.course.toolgen import VOCABULARY
+
+    for split, other in (("train", "heldout"), ("heldout", "train")):
+        rng = random.Random(1)
+        tools = [make_tool(rng, split, invent_every_word=True) for _ in range(600)]
+        verbs = [t.name.split("_")[0] for t in tools if len(t.name.split("_")) == 3]
+        assert not {w for t in tools for w in t.name.split("_")} & (set(VOCABULARY[other]) | pool_words(other))
+        from_pool = sum(v in TOOL_WORDS[split]["verbs"] for v in verbs) / len(verbs)
+        from_corpus = sum(v in VOCABULARY[split] for v in verbs) / len(verbs)
+        assert 0.25 < from_pool < 0.42 and 0.25 < from_corpus < 0.42

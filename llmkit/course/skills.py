@@ -36,8 +36,8 @@ from llmkit.course.values import DAYS, draw, value_split
 
 SPLITS = ("train", "seen", "unseen_values", "unseen_phrasings_and_tools")
 KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands")
-MIX = {"tool": 20, "errands": 20, "multi": 10, "missing": 10, "memory": 8, "chitchat": 6, "weather": 7,
-       "letters": 7, "arithmetic": 6, "search": 6}  # the training share of each kind (course tools: about a quarter)
+MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 7, "chitchat": 5, "weather": 6,
+       "letters": 6, "arithmetic": 5, "search": 5}  # the training share of each kind (course tools: about a fifth)
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
 SYSTEM_PROMPTS = [None, "You are a helpful assistant.", "You are a helpful assistant. Answer briefly.",
                   "Use a tool when one fits; otherwise answer directly."]

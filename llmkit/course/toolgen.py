@@ -8,17 +8,20 @@ conversation here offers tools made up on the spot:
 
 - a snake_case name from a word list (``check_tide_level``, ``parcel_delay``), sometimes with an
   invented word in it (``check_plimbo_level``), so a name can only be copied, never remembered;
-  with ``invent_every_word`` (the skill conversations) the measure and the parameter names are
-  invented as often as the domain, and the verb half the time, so that nothing in a definition
-  can be remembered instead of read (from 9 pool verbs, a model learned to guess one);
+  with ``invent_every_word`` (the skill conversations) every word of the name and of the string
+  and number parameters' names comes a third of the time from the pools below, a third from
+  3,000 words of the corpus (``tool_vocabulary``) and a third is made up, so that nothing in a
+  definition can be remembered instead of read (from 9 pool verbs a model learned to guess one,
+  and from 30 domains which words start a name);
 - 0-3 parameters with varied names (``harbor``, ``target_city``, ``include_history``) and types
   (string, integer, number, boolean, enum);
 - a description in varied wording; a result that is a JSON object with varied keys, sometimes
   nested, whose values are a pure function of the arguments (a real tool that ``run_tool_call``
   runs, so evaluations run it too).
 
-``TOOL_WORDS["train"]`` and ``TOOL_WORDS["heldout"]`` share no word: held-out tools have names,
-parameter names, descriptions and result keys that training never showed.
+``TOOL_WORDS["train"]`` and ``TOOL_WORDS["heldout"]`` share no word, and the corpus words are
+split between them by the values' hash (``VOCABULARY``): held-out tools have names, parameter
+names, descriptions and result keys that training never showed.
 """
 from __future__ import annotations
 
@@ -28,13 +31,13 @@ import random
 from dataclasses import dataclass
 
 from llmkit.chat.tools import Tool
-from llmkit.course.values import draw, invented_word
+from llmkit.course import tool_vocabulary
+from llmkit.course.values import draw, invented_word, value_split
 
 TOOL_SPLITS = ("train", "heldout")
 TYPES = ("string", "integer", "number", "boolean", "enum")
 INVENTED_WORD_RATE = 0.25  # how often a corpus document's tool has a made-up domain word
-SKILL_INVENTED_WORD_RATE = 0.35  # how often each name word of a skill conversation's tool is made up
-SKILL_INVENTED_VERB_RATE = 0.5  # its verb: from 9 pool verbs a model learns to guess one, not to read it
+SKILL_WORD_SOURCES = ("pool", "vocabulary", "invented")  # where a skill tool's words come from, a third each
 
 TOOL_WORDS = {
     "train": {
@@ -154,9 +157,20 @@ def _word(rng: random.Random, pool: list[str], split: str, rate: float = INVENTE
             return word
 
 
-def make_param(rng: random.Random, split: str, taken: set[str], invent: float = 0.0) -> Param:
-    """One parameter of a random type whose name is not in ``taken``; with probability ``invent``
-    a string or number parameter gets a made-up name."""
+def _skill_word(rng: random.Random, pool: list[str], split: str) -> str:
+    """A word of a skill conversation's tool: from ``pool``, from ``split``'s corpus words, or made
+    up, each a third of the time."""
+    source = rng.choice(SKILL_WORD_SOURCES)
+    if source == "pool":
+        return rng.choice(pool)
+    if source == "vocabulary":
+        return rng.choice(VOCABULARY[split])
+    return _word(rng, pool, split, 1.0, unlike_pools=True)
+
+
+def make_param(rng: random.Random, split: str, taken: set[str], invent_every_word: bool = False) -> Param:
+    """One parameter of a random type whose name is not in ``taken``; with ``invent_every_word`` a
+    string or number parameter's name is drawn like a skill tool's words (``_skill_word``)."""
     words = TOOL_WORDS[split]
     while True:
         kind_of_type = rng.choice(TYPES)
@@ -168,8 +182,8 @@ def make_param(rng: random.Random, split: str, taken: set[str], invent: float = 
             kind, options = "enum", tuple(words["enum"][base])
         else:
             base, kind, options = rng.choice(words[kind_of_type]), kind_of_type, ()
-        if invent and kind_of_type not in ("enum", "boolean"):
-            base = _word(rng, [base], split, invent, unlike_pools=True)
+        if invent_every_word and kind_of_type not in ("enum", "boolean"):
+            base = _skill_word(rng, [base], split)
         name = f"{rng.choice(words['modifiers'])}_{base}" if rng.random() < 0.2 else base
         if name not in taken:
             return Param(name, kind_of_type, kind, name.replace("_", " "), options)
@@ -183,18 +197,21 @@ def make_tool(rng: random.Random, split: str, value_split: str | None = None, *,
     under a recipe already run) only the domain word is sometimes invented.
     """
     words = TOOL_WORDS[check_tool_split(split)]
-    rate = SKILL_INVENTED_WORD_RATE if invent_every_word else INVENTED_WORD_RATE
+
+    def name_word(pool: list[str]) -> str:
+        return _skill_word(rng, pool, split) if invent_every_word else rng.choice(pool)
+
     while True:
-        domain = _word(rng, words["domains"], split, rate, unlike_pools=invent_every_word)
+        domain = _skill_word(rng, words["domains"], split) if invent_every_word else _word(rng, words["domains"], split)
         if domain not in avoid:
             break
-    measure = _word(rng, words["measures"], split, rate, True) if invent_every_word else rng.choice(words["measures"])
-    verb = _word(rng, words["verbs"], split, SKILL_INVENTED_VERB_RATE, True) if invent_every_word else rng.choice(words["verbs"])
+    measure = name_word(words["measures"])
+    verb = name_word(words["verbs"])
     name = rng.choice([f"{verb}_{domain}_{measure}", f"{domain}_{measure}", f"{verb}_{domain}_{measure}"])
     n_params = rng.choice([0, 1, 1, 2, 2, 3]) if params is None else params
     chosen: list[Param] = []
     for _ in range(n_params):
-        chosen.append(make_param(rng, split, {p.name for p in chosen}, rate if invent_every_word else 0.0))
+        chosen.append(make_param(rng, split, {p.name for p in chosen}, invent_every_word))
     subject = f"{domain} {measure}"
     about = chosen[0].words if chosen else "request"
     description = rng.choice(words["descriptions"]).format(subject=subject, param=about)
@@ -243,5 +260,8 @@ def pool_words(split: str) -> set[str]:
     return found
 
 
-
 _ALL_POOL_WORDS = pool_words("train") | pool_words("heldout")
+VOCABULARY = {split: [w for w in tool_vocabulary.WORDS if value_split(w) == split and w not in _ALL_POOL_WORDS]
+              for split in TOOL_SPLITS}
+"""The corpus words a skill tool's name can use, by split: the values' hash decides, and no word of
+either split's pools is among them."""
