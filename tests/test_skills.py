@@ -347,14 +347,15 @@ def test_tool_name_choice_is_one_for_a_model_that_predicts_the_name_and_zero_for
 
 
 def test_lookup_choice_scores_the_name_written_after_the_lookups_words(tokenizer):
-    from llmkit.course.skill_scores import _call_token_positions, lookup_choice, without_thinking
+    from llmkit.course.lookups import token_positions
+    from llmkit.course.skill_scores import lookup_choice, without_thinking
 
     spec = make_skills(1, split="unseen_phrasings_and_tools", seed=4, kinds=["tool"])[0]
     ids = spec.render(tokenizer).ids
     name = spec.expected.calls[0][0]
     note = spec.messages[1]["content"][0]["thinking"]
     end = len(note.encode())
-    positions = _call_token_positions(tokenizer, ids, ids.index(tokenizer.special_tokens["<|thinking|>"]),
+    positions = token_positions(tokenizer, ids, ids.index(tokenizer.special_tokens["<|thinking|>"]),
                                       end - len(name), end)
     assert b"".join(tokenizer.token_bytes(ids[p]) for p in positions).strip() == name.encode()  # the name alone
     good = lookup_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer, [spec])
@@ -370,7 +371,7 @@ def test_lookup_choice_scores_the_last_request_of_errands_not_the_first():
     from llmkit.course.skill_scores import lookup_choice
 
     tokenizer = Tokenizer.load(data_path("models", "staged", "base", "tokenizer.json"))
-    from llmkit.course.skill_scores import _call_token_positions
+    from llmkit.course.lookups import token_positions
 
     spec = next(s for s in make_skills(8, split="seen", seed=2, kinds=["errands"]) if len(s.prompt) > 1)
     ids = spec.render(tokenizer).ids
@@ -379,7 +380,7 @@ def test_lookup_choice_scores_the_last_request_of_errands_not_the_first():
     first_name = first_note.split(" -> ")[1]
     assert len(markers) >= 2 and first_name != spec.expected.calls[0][0]
     end = len(first_note.encode())
-    first = frozenset(_call_token_positions(tokenizer, ids, markers[0], end - len(first_name), end))
+    first = frozenset(token_positions(tokenizer, ids, markers[0], end - len(first_name), end))
     wrong_first = lookup_choice(_Oracle(ids, tokenizer.vocab_size, wrong_at=first), tokenizer, [spec])
     wrong_all = lookup_choice(_Oracle(ids, tokenizer.vocab_size, wrong=True), tokenizer, [spec])
     assert (wrong_first["right"], wrong_all["right"]) == (1.0, 0.0)  # the first turn's lookup is only context

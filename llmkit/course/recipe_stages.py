@@ -208,10 +208,13 @@ def has_checkpoint(folder: Path) -> bool:
     return any(folder.glob("checkpoint*"))
 
 
+COURSE_SETTINGS = ("kinds", "probe", "lookup_weight")  # a fine-tuning stage's settings about the course's data
+
+
 def _finetune_config(settings: dict, base: Path, folder: Path, device: str | None):
     from llmkit.training.config import FinetuneConfig
 
-    values = {k: v for k, v in settings.items() if k not in ("kinds", "probe")}
+    values = {k: v for k, v in settings.items() if k not in COURSE_SETTINGS}
     if "kinds" in settings and settings["kinds"] is not None:
         from llmkit.course.skills import KINDS as SKILL_KINDS
 
@@ -231,7 +234,7 @@ def run_finetune(stage: str, settings: dict, folder: Path, log: logging.Logger, 
     log.info("%s on %s from %s%s", stage.upper(), settings.get("kinds") or "every kind", base,
              ", resuming from the last checkpoint" if resume else "")
     if not finetune_stage(stage, cfg, kinds=settings.get("kinds"), probe=settings.get("probe"), resume=resume,
-                          stop_after=stop_at_step, progress=progress):
+                          stop_after=stop_at_step, progress=progress, lookup_weight=settings.get("lookup_weight", 1.0)):
         return None
     # the copy a recipe may ship part-way (say the skills model, to go on in a later sitting);
     # a stage that ships hands it, not model/, to the next stage, trained or restored alike

@@ -9,6 +9,7 @@ log gets the curve of when the model starts to read tools and requests it has ne
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -51,11 +52,23 @@ def _split(split: str) -> str:
     return "train" if split == "train" else HELDOUT_SPLIT
 
 
-def conversation_source(tokenizer, context: int, kinds=None):
-    """``(n, split, seed) -> skill conversations`` that fit ``context`` (for SFT)."""
+def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: float = 1.0):
+    """``(n, split, seed) -> skill conversations`` that fit ``context`` (for SFT).
+
+    ``lookup_weight`` weights the names the lookups write in the training loss
+    (``lookups.lookup_weights``); the held-out conversations keep weight 1, so the held-out loss
+    stays comparable between runs.
+    """
+    if isinstance(lookup_weight, bool) or not isinstance(lookup_weight, (int, float)) or not lookup_weight > 0:
+        raise ValueError(f"lookup_weight must be a positive number, got {lookup_weight!r}")
+
+    def weighted(conversations: list) -> list:
+        return [replace(c, lookup_weight=float(lookup_weight)) for c in conversations]
+
     def source(n: int, split: str, seed: int) -> list:
-        return fitting(lambda k, s: make_skills(k, split=_split(split), seed=s, kinds=kinds), n,
-                       lambda c: len(c.render(tokenizer)), context, seed)
+        chosen = fitting(lambda k, s: make_skills(k, split=_split(split), seed=s, kinds=kinds), n,
+                         lambda c: len(c.render(tokenizer)), context, seed)
+        return weighted(chosen) if split == "train" and lookup_weight != 1 else chosen
     return source
 
 
@@ -99,16 +112,20 @@ def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
 
 
 def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, resume: bool, stop_after: int | None,
-                   progress: bool) -> bool:
+                   progress: bool, lookup_weight: float = 1.0) -> bool:
     """Run one SFT or DPO stage on the course's skill data; True when it finished (``model/`` written).
 
-    ``probe``: settings for ``skill_probe`` (``{}`` for its defaults), or None for no probe."""
+    ``probe``: settings for ``skill_probe`` (``{}`` for its defaults), or None for no probe;
+    ``lookup_weight``: see ``conversation_source`` (SFT only)."""
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.finetune import finetune
 
+    if stage != "sft" and lookup_weight != 1:
+        raise ValueError(f"lookup_weight weights SFT conversations; a {stage} stage cannot take it")
     tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
     context = _context_of(cfg.base_model)
-    source = conversation_source(tokenizer, context, kinds) if stage == "sft" else pair_source(tokenizer, context)
+    source = (conversation_source(tokenizer, context, kinds, lookup_weight) if stage == "sft"
+              else pair_source(tokenizer, context))
     finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress,
              probe=None if probe is None else skill_probe(tokenizer, probe))
     return stop_after is None or stop_after >= cfg.max_steps

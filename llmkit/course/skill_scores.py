@@ -27,6 +27,7 @@ import threading
 from collections import Counter, defaultdict
 
 from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments
+from llmkit.course.lookups import thinking_notes, token_positions
 from llmkit.course.skills import KINDS, SPLITS, SkillConversation, make_skills, value_at
 
 SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory")
@@ -261,21 +262,15 @@ def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
     """
     def in_the_thinking(spec: SkillConversation) -> tuple[list[int], list[int]]:
         name = spec.expected.calls[0][0]
-        notes, before = _thinking_notes(spec.messages), len(_thinking_notes(spec.prompt))
+        notes, before = thinking_notes(spec.messages), len(thinking_notes(spec.prompt))
         note = notes[before] if before < len(notes) else ""
         if not note.endswith(" -> " + name):
             raise ValueError(f"the thinking before the expected call is not a lookup of {name!r}: {note!r}")
         ids = spec.render(tokenizer).ids
         end = len(note.encode("utf-8"))
         markers = [i for i, token in enumerate(ids) if token == tokenizer.special_tokens["<|thinking|>"]]
-        return ids, _call_token_positions(tokenizer, ids, markers[before], end - len(name.encode("utf-8")), end)
+        return ids, token_positions(tokenizer, ids, markers[before], end - len(name.encode("utf-8")), end)
     return _name_choice(model, specs, in_the_thinking)
-
-
-def _thinking_notes(messages: list[dict]) -> list[str]:
-    """The text of every thinking block in the assistant's messages, in order."""
-    return [block["thinking"] for message in messages if message["role"] == "assistant"
-            and isinstance(message["content"], list) for block in message["content"] if block["type"] == "thinking"]
 
 
 def _name_choice(model, specs: list[SkillConversation], locate) -> dict[str, float | int]:
@@ -359,7 +354,7 @@ def argument_values(tokenizer, specs: list[SkillConversation]):
         ids = spec.render(tokenizer).ids
         at = ids.index(marker)
         for start, end in _argument_value_bytes(*spec.expected.calls[0]):
-            positions = _call_token_positions(tokenizer, ids, at, start, end)
+            positions = token_positions(tokenizer, ids, at, start, end)
             value_ids = ids[positions[0]:positions[-1] + 1]
             yield spec, ids, positions, "in_prompt" if _occurs_in(ids[:at], value_ids) else "respelled"
 
@@ -386,25 +381,11 @@ def _occurs_in(haystack: list[int], needle: list[int]) -> bool:
     return any(haystack[i:i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
 
 
-def _call_token_positions(tokenizer, ids: list[int], marker_at: int, start: int, end: int) -> list[int]:
-    """Positions of the tokens after the marker at ``marker_at`` (``<|tool_call|>``, ``<|thinking|>``)
-    that cover bytes ``start:end`` of the text written after it."""
-    positions, offset = [], 0
-    for position in range(marker_at + 1, len(ids)):
-        piece = tokenizer.token_bytes(ids[position])
-        if offset < end and offset + len(piece) > start:
-            positions.append(position)
-        offset += len(piece)
-        if offset >= end:
-            return positions
-    raise ValueError(f"the rendered call is shorter than byte {end}")
-
-
 def _first_call_name_positions(tokenizer, ids: list[int], marker_at: int, name: str) -> list[int]:
     """Positions of the tokens that spell ``name`` (and its closing quote) after ``<|tool_call|>``."""
     opening = b'{"name": "'
     start = len(opening)
     try:
-        return _call_token_positions(tokenizer, ids, marker_at, start, start + len(name.encode("utf-8")) + 1)
+        return token_positions(tokenizer, ids, marker_at, start, start + len(name.encode("utf-8")) + 1)
     except ValueError:
         raise ValueError(f"the rendered call does not spell {name!r}") from None

@@ -28,6 +28,7 @@ from typing import Callable
 
 from llmkit.chat.template import Rendered, render, tool_line
 from llmkit.chat.tools import Tool, run_tool_call
+from llmkit.course.lookups import LOOKUP_ARROW, lookup_weights
 from llmkit.course.phrasing import fill, phrasing_split, template
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
 from llmkit.course.toolgen import GenTool, draw_arguments, make_tool, say_arguments
@@ -78,6 +79,7 @@ class SkillConversation:
     tools: list[Tool]
     system: str | None
     expected: Expected
+    lookup_weight: float = 1.0  # the loss weight of the names its lookups write (``lookups.lookup_weights``)
 
     @property
     def definitions(self) -> list[dict]:
@@ -90,8 +92,14 @@ class SkillConversation:
         return self.messages[: max(typed) + 1]
 
     def render(self, tokenizer) -> Rendered:
-        return render(tokenizer, self.messages, tools=self.definitions or None, system=self.system,
-                      add_generation_prompt=False)
+        """The conversation as ids and a loss mask; with a ``lookup_weight`` other than 1 the mask
+        holds weights instead, that weight on the names the lookups write."""
+        rendered = render(tokenizer, self.messages, tools=self.definitions or None, system=self.system,
+                          add_generation_prompt=False)
+        if self.lookup_weight == 1.0:
+            return rendered
+        weights = lookup_weights(tokenizer, rendered.ids, rendered.mask, self.messages, self.lookup_weight)
+        return Rendered(rendered.ids, weights, rendered.roles, rendered.message_starts)
 
 
 def splits_of(split: str) -> tuple[str, str, str]:
@@ -182,7 +190,7 @@ def lookup_note(tool: Tool, key: str) -> str:
     """
     if key.lower() not in tool_line(tool.definition()).lower():
         raise ValueError(f"{key!r} is not in {tool.name}'s tool line: the lookup quotes words the line has")
-    return f"{key} -> {tool.name}"
+    return f"{key}{LOOKUP_ARROW}{tool.name}"
 
 
 @dataclass

@@ -34,7 +34,7 @@ class Batch(NamedTuple):
 
     inputs: torch.Tensor  # (B, T) token ids
     targets: torch.Tensor  # (B, T) the next token at every position
-    mask: torch.Tensor | None = None  # (B, T) bool, or None for "all positions"
+    mask: torch.Tensor | None = None  # (B, T) bool or float weights, or None for "all positions"
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731

@@ -91,11 +91,11 @@ def accumulate_gradients(net: torch.nn.Module, batch: Batch | list[Batch], loss_
 
     A batch may come as a list of groups of rows of similar length (``llmkit.training.sft``), each
     padded only to its own longest row. Each group's mean loss is weighted by its share of the
-    positions that count, so loss and gradients equal those of the whole batch padded as one,
+    positions that count (of their weights, when the mask holds weights), so loss and gradients equal those of the whole batch padded as one,
     while the padding that was never going to count is not computed.
     """
     groups = batch if isinstance(batch, list) else [batch]
-    counts = [group.targets.numel() if group.mask is None else int(group.mask.sum()) for group in groups]
+    counts = [group.targets.numel() if group.mask is None else float(group.mask.sum()) for group in groups]
     total = max(sum(counts), 1)
     loss = torch.zeros((), device=procs.device)
     for i, (group, count) in enumerate(zip(groups, counts)):

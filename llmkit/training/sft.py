@@ -23,7 +23,7 @@ from llmkit.training.loop import lm_loss
 
 class Rendered(Protocol):
     ids: list[int]
-    mask: list[bool]
+    mask: list[bool] | list[float]  # True where the loss counts a token; or a weight per token (0: not at all)
 
 
 class Example(Protocol):
@@ -40,12 +40,13 @@ def step_seed(seed: int, step: int) -> int:
     return seed * 1_000_003 + step
 
 
-def pad_batch(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]], *, pad_id: int,
+def pad_batch(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[bool] | Sequence[float]], *, pad_id: int,
               context_length: int) -> Batch:
     """Rows of ids and loss masks -> a ``Batch`` padded to the longest row.
 
     Targets are the ids shifted left by one; a target counts only where its mask is True, so pad
-    positions (mask False) teach nothing. A row longer than ``context_length + 1`` ids is an error,
+    positions (mask False) teach nothing. Masks that hold numbers are weights: the batch's mask is
+    then float, and the loss a weighted mean (a weight of 3 counts a token three times). A row longer than ``context_length + 1`` ids is an error,
     never silently cut: a cut conversation would train the model on half an answer.
     """
     if not rows:
@@ -57,12 +58,14 @@ def pad_batch(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]], *,
     width = longest - 1
     inputs = torch.full((len(rows), width), pad_id, dtype=torch.long)
     targets = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    weighted = any(not isinstance(w, bool) for trained in masks for w in trained)
+    dtype = torch.float32 if weighted else torch.bool
+    mask = torch.zeros((len(rows), width), dtype=dtype)
     for i, (ids, trained) in enumerate(zip(rows, masks)):
         n = len(ids) - 1
         inputs[i, :n] = torch.tensor(ids[:-1])
         targets[i, :n] = torch.tensor(ids[1:])
-        mask[i, :n] = torch.tensor(trained[1:], dtype=torch.bool)
+        mask[i, :n] = torch.tensor(trained[1:], dtype=dtype)
     return Batch(inputs, targets, mask)
 
 
@@ -98,7 +101,7 @@ def masked_loss(model: Transformer, batches: Sequence[Batch]) -> float:
     total, count = 0.0, 0
     for batch in batches:
         batch = batch.to(device)
-        n = int(batch.mask.sum())
+        n = float(batch.mask.sum())
         total += lm_loss(model(batch.inputs), batch.targets, batch.mask).item() * n
         count += n
     model.train(was_training)

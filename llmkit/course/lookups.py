@@ -1,0 +1,62 @@
+"""Where a skill conversation's lookups sit among its tokens.
+
+Before each call the skill data thinks ``"<words> -> <name>"`` (``skills.lookup_note``): the
+request's words, then the tool's name read off its line. Writing that name is the one step that
+looks *back* in the tool list (a line starts with the name, so the words come after it), and the
+step a small model learns last. These helpers find those name tokens, to score them
+(``skill_scores.lookup_choice``) and to give them more weight in the loss (``lookup_weights``).
+"""
+from __future__ import annotations
+
+LOOKUP_ARROW = " -> "
+
+
+def thinking_notes(messages: list[dict]) -> list[str]:
+    """The text of every thinking block in the assistant's messages, in order."""
+    return [block["thinking"] for message in messages if message["role"] == "assistant"
+            and isinstance(message["content"], list) for block in message["content"] if block["type"] == "thinking"]
+
+
+def token_positions(tokenizer, ids: list[int], marker_at: int, start: int, end: int) -> list[int]:
+    """Positions of the tokens after the marker at ``marker_at`` (``<|tool_call|>``, ``<|thinking|>``)
+    that cover bytes ``start:end`` of the text written after it."""
+    positions, offset = [], 0
+    for position in range(marker_at + 1, len(ids)):
+        piece = tokenizer.token_bytes(ids[position])
+        if offset < end and offset + len(piece) > start:
+            positions.append(position)
+        offset += len(piece)
+        if offset >= end:
+            return positions
+    raise ValueError(f"the rendered text after position {marker_at} is shorter than byte {end}")
+
+
+def lookup_name_positions(tokenizer, ids: list[int], messages: list[dict]) -> list[int]:
+    """Positions in ``ids`` (the rendered ``messages``) of every name a lookup note writes after its arrow."""
+    markers = [i for i, token in enumerate(ids) if token == tokenizer.special_tokens["<|thinking|>"]]
+    notes = thinking_notes(messages)
+    if len(markers) != len(notes):
+        raise ValueError(f"{len(notes)} thinking blocks but {len(markers)} <|thinking|> markers in the rendered row")
+    positions = []
+    for marker, note in zip(markers, notes):
+        if LOOKUP_ARROW in note:
+            start = len(note.rsplit(LOOKUP_ARROW, 1)[0].encode("utf-8")) + len(LOOKUP_ARROW)
+            positions += token_positions(tokenizer, ids, marker, start, len(note.encode("utf-8")))
+    return positions
+
+
+def lookup_weights(tokenizer, ids: list[int], mask: list[bool], messages: list[dict], weight: float) -> list[float]:
+    """The loss mask as weights, ``weight`` on the lookups' name tokens and 1 on every other trained token.
+
+    Those few tokens (about 2% of what the assistant writes) carry the skill that transfers to a
+    learner's own tools; weighting them is how a fine-tune puts more of its gradient there without
+    writing more conversations.
+    """
+    if weight <= 0:
+        raise ValueError(f"lookup weight must be positive, got {weight!r}")
+    weights = [float(trained) for trained in mask]
+    for position in lookup_name_positions(tokenizer, ids, messages):
+        if not mask[position]:
+            raise ValueError(f"lookup name token at {position} is not one the assistant wrote")
+        weights[position] = weight
+    return weights
