@@ -91,3 +91,17 @@ def test_length_groups_of_weighted_conversations_give_the_gradients_of_the_whole
     assert torch.allclose(grouped_loss, whole_loss, atol=1e-5)
     for name in whole:
         assert torch.allclose(grouped[name], whole[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_which_conversations_look_up_each_asked_tool_on_its_own_line(tokenizer):
+    for split in ("train", "unseen_phrasings_and_tools"):
+        for seed in range(10):
+            c = make_skill("which", split, seed)
+            names = c.expected.facts["names"]
+            assert 3 <= len(names) <= 5 and len(set(names)) == len(names) and not c.expected.calls
+            assert set(names) <= {t.name for t in c.tools} and 4 <= len(c.tools) <= 6
+            ids = c.render(tokenizer).ids
+            spelled = tokenizer.decode([ids[p] for p in lookup_name_positions(tokenizer, ids, c.messages)])
+            assert spelled.replace(" ", "") == "".join(names)
+            answer = c.messages[-1]["content"][-1]["text"]
+            assert all(name in answer for name in names)

@@ -263,9 +263,10 @@ def test_a_perfect_model_through_the_harness_scores_one_everywhere():
 
 def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
     report = evaluate_skills(SilentClient(), per_kind=2, splits=("seen",), seed=1)["seen"]
-    no_call_kinds = {"missing", "memory", "chitchat"}
+    no_call_kinds = {"missing", "memory", "chitchat", "which"}
     assert report["right_tool"] == pytest.approx(len(no_call_kinds) / len(KINDS), abs=1e-4)
     assert report["args_exact"] == 0.0 and report["memory"] == 0.0 and report["answer_from_result"] == 0.0
+    assert report["tools_named"] == 0.0
     assert report["no_invention"] == 1.0 and report["ends_turn"] == 1.0
     assert report["kinds"]["chitchat"]["right_tool"] == 1.0
 

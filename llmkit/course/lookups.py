@@ -39,9 +39,12 @@ def lookup_name_positions(tokenizer, ids: list[int], messages: list[dict]) -> li
         raise ValueError(f"{len(notes)} thinking blocks but {len(markers)} <|thinking|> markers in the rendered row")
     positions = []
     for marker, note in zip(markers, notes):
-        if LOOKUP_ARROW in note:
-            start = len(note.rsplit(LOOKUP_ARROW, 1)[0].encode("utf-8")) + len(LOOKUP_ARROW)
-            positions += token_positions(tokenizer, ids, marker, start, len(note.encode("utf-8")))
+        line_start = 0
+        for line in note.split("\n"):  # one lookup per line (the ``which`` kind writes several)
+            if LOOKUP_ARROW in line:
+                start = line_start + len(line.rsplit(LOOKUP_ARROW, 1)[0].encode("utf-8")) + len(LOOKUP_ARROW)
+                positions += token_positions(tokenizer, ids, marker, start, line_start + len(line.encode("utf-8")))
+            line_start += len(line.encode("utf-8")) + 1
     return positions
 
 

@@ -27,7 +27,7 @@ __all__ = ["GRAMMARS", "HELDOUT", "TRAIN", "Pieces", "grammar", "phrase", "templ
            "fill", "INTENTS", "CHITCHAT", "phrasing_split", "fragments", "vary", "typo"]
 
 INTENTS = ("weather", "letters", "arithmetic", "search", "tool", "tool_bare", "memory_intro", "memory_question",
-           "greet", "thanks", "abilities", "author", "multi")
+           "greet", "thanks", "abilities", "author", "multi", "which_tools")
 CHITCHAT = ("greet", "thanks", "abilities", "author")  # no tool needed, whatever is offered
 PHRASING_SPLITS = ("train", "heldout")
 TYPO_RATE = 0.05

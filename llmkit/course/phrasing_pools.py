@@ -3,7 +3,8 @@
 ``TRAIN`` and ``HELDOUT`` share no piece (tests/test_phrasing.py proves it, and that no three-word
 run of a training form occurs in a held-out sentence). Slots: ``{city}``, ``{day}``, ``{word}``,
 ``{letter}``, ``{expression}``, ``{topic}``, ``{subject}``, ``{args}``, ``{name}``, ``{play}``,
-``{first}``/``{second}`` (two whole requests, for the multi-intent form).
+``{first}``/``{second}`` (two whole requests, for the multi-intent form), ``{subjects}`` (several
+things to find a tool for).
 """
 from __future__ import annotations
 
@@ -86,6 +87,13 @@ TRAIN = Pieces(
                    "Who penned {play}?"],
         "multi": ["{first} {second}", "{first} Also, {second}", "{first} And {second}",
                   "{first} Then: {second}", "Two things. {first} {second}", "{first} Plus, {second}"],
+        "which_tools": [
+            "Which tool would you use for each of these: {subjects}?", "For each of {subjects}, which tool gives it?",
+            "Name the tool for each one: {subjects}.", "What tools answer {subjects}?",
+            "Match a tool to each of these: {subjects}.", "Which of your tools covers {subjects}? One per item.",
+            "Before you look anything up: which tools would you call for {subjects}?",
+            "List the right tool for {subjects}.", "{subjects}: which tool for each?",
+        ],
     },
     before={
         "weather": ["I'm heading out later.", "We have a picnic planned.", "My flight lands soon.",
@@ -155,6 +163,11 @@ HELDOUT = Pieces(
         "abilities": ["Which tasks suit you?", "Tell me about yourself.", "Do you learn from our chats?"],
         "author": ["Whose pen produced {play}?", "Name the writer of {play}."],
         "multi": ["{first} Moreover, {second}", "{first} On top of that, {second}", "{first} Separately, {second}"],
+        "which_tools": [
+            "Pair every item here with its function: {subjects}.", "I'm curious which helpers handle {subjects}.",
+            "Point me to the proper function per item: {subjects}.", "Sort out a helper for {subjects}, please.",
+            "{subjects} -- what handles these?",
+        ],
     },
     before={
         "weather": ["Off to the market soon.", "Laundry day today.", "Cycling to work."],

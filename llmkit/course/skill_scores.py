@@ -30,7 +30,8 @@ from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_argume
 from llmkit.course.lookups import thinking_notes, token_positions
 from llmkit.course.skills import KINDS, SPLITS, SkillConversation, make_skills, value_at
 
-SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory")
+SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory",
+          "tools_named")
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -135,12 +136,21 @@ def memory(spec: SkillConversation, transcript: list[dict]) -> bool | None:
     return spec.expected.name in final_text(transcript)
 
 
+def tools_named(spec: SkillConversation, transcript: list[dict]) -> bool | None:
+    """The ``which`` kind: does the reply name the tool for every thing asked (and call none)?"""
+    if "names" not in spec.expected.facts:
+        return None
+    text = final_text(transcript)
+    return not calls_in(transcript) and all(name in text for name in spec.expected.facts["names"])
+
+
 def score(spec: SkillConversation, transcript: list[dict], stop_reason: str) -> dict[str, bool | None]:
     """Every score of one conversation (``None`` where a score does not apply)."""
     return {"tool_call_valid": tool_call_valid(spec, transcript), "right_tool": right_tool(spec, transcript),
             "args_exact": args_exact(spec, transcript), "answer_from_result": answer_from_result(spec, transcript),
             "ends_turn": ends_turn(spec, transcript, stop_reason),
-            "no_invention": no_invention(spec, transcript, stop_reason), "memory": memory(spec, transcript)}
+            "no_invention": no_invention(spec, transcript, stop_reason), "memory": memory(spec, transcript),
+            "tools_named": tools_named(spec, transcript)}
 
 
 def fractions(rows: list[dict[str, bool | None]]) -> dict[str, float | int]:

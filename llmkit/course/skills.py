@@ -36,9 +36,10 @@ from llmkit.course.tools import calculator, count_letters, get_weather, web_sear
 from llmkit.course.values import DAYS, draw, value_split
 
 SPLITS = ("train", "seen", "unseen_values", "unseen_phrasings_and_tools")
-KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands")
-MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 7, "chitchat": 5, "weather": 6,
-       "letters": 6, "arithmetic": 5, "search": 5}  # the training share of each kind (course tools: about a fifth)
+KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands",
+         "which")
+MIX = {"tool": 20, "errands": 20, "which": 15, "multi": 9, "missing": 7, "memory": 7, "chitchat": 4, "weather": 5,
+       "letters": 5, "arithmetic": 4, "search": 4}  # the training share of each kind (course tools: about a fifth)
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
 SYSTEM_PROMPTS = [None, "You are a helpful assistant.", "You are a helpful assistant. Answer briefly.",
                   "Use a tool when one fits; otherwise answer directly."]
@@ -346,6 +347,31 @@ def _errands(b: _Builder) -> SkillConversation:
     return SkillConversation("errands", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)
 
 
+def _which(b: _Builder) -> SkillConversation:
+    """Which tool answers each of several things: one lookup per thing, then the names, and no call.
+
+    The lookup's name is the step that carries over to tools never seen, and the one a small model
+    learns last (``lookups``); here it is practised 3-5 times in one short conversation, against
+    4-6 tools, where a call gives one. ``expected`` holds no call: the right reply names the tools.
+    """
+    tools: list[GenTool] = []
+    for _ in range(b.rng.randint(4, 6)):
+        tools.append(make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word,
+                               avoid={t.subject.split()[0] for t in tools}))
+    asked = b.rng.sample(tools, b.rng.randint(3, min(5, len(tools))))
+    subjects = [t.subject for t in asked]
+    joined = ", ".join(subjects[:-1]) + b.rng.choice([" and ", ", "]) + subjects[-1]
+    offered = [t.as_tool() for t in tools]
+    notes = "\n".join(lookup_note(t.as_tool(), t.subject) for t in asked)
+    answer = " ".join(b.rng.choice([f"For the {t.subject}: {t.name}.", f"{t.subject.capitalize()}: {t.name}.",
+                                    f"The {t.subject} comes from {t.name}."]) for t in asked)
+    messages = [{"role": "user", "content": b.say("which_tools", subjects=joined)},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": notes},
+                                                  {"type": "text", "text": answer}]}]
+    return SkillConversation("which", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS),
+                             Expected(facts={"names": [t.name for t in asked]}))
+
+
 def _missing(b: _Builder) -> SkillConversation:
     """A request whose tool is not offered: the answer says so and holds no number."""
     if b.rng.random() < 0.7:
@@ -397,7 +423,7 @@ def _memory(b: _Builder) -> SkillConversation:
                              Expected(answer_values=(name,), name=name))
 
 
-BUILDERS = {"tool": lambda b: _single(b, "tool"), "weather": lambda b: _single(b, "weather"),
+BUILDERS = {"which": _which, "tool": lambda b: _single(b, "tool"), "weather": lambda b: _single(b, "weather"),
             "letters": lambda b: _single(b, "letters"), "arithmetic": lambda b: _single(b, "arithmetic"),
             "search": lambda b: _single(b, "search"), "missing": _missing, "memory": _memory,
             "chitchat": _chitchat, "multi": _multi, "errands": _errands}
