@@ -458,7 +458,7 @@ def test_every_call_is_preceded_by_a_lookup_of_its_tool_line(split):
 
 
 def test_a_lookup_quotes_only_words_the_tool_line_has():
-    from llmkit.course.skills import lookup_note
+    from llmkit.course.lookups import lookup_note
     from llmkit.course.tools import get_weather
 
     assert lookup_note(get_weather, "weather") == "weather -> get_weather"

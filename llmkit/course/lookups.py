@@ -1,6 +1,6 @@
 """Where a skill conversation's lookups sit among its tokens.
 
-Before each call the skill data thinks ``"<words> -> <name>"`` (``skills.lookup_note``): the
+Before each call the skill data thinks ``"<words> -> <name>"`` (``lookup_note``): the
 request's words, then the tool's name read off its line. Writing that name is the one step that
 looks *back* in the tool list (a line starts with the name, so the words come after it), and the
 step a small model learns last. These helpers find those name tokens, to score them
@@ -8,7 +8,27 @@ step a small model learns last. These helpers find those name tokens, to score t
 """
 from __future__ import annotations
 
+from llmkit.chat.template import tool_line
+from llmkit.chat.tools import Tool
+
 LOOKUP_ARROW = " -> "
+
+
+def lookup_note(tool: Tool, key: str) -> str:
+    """The thinking before a call: the words the request shares with the chosen tool's line (for the
+    course's own tools, the word of their line that says what they do), then its name, e.g.
+    "tide level -> get_tide_level".
+
+    This is how a small left-to-right model can choose a tool it has never seen. A tool line starts
+    with the name (``name(signature): summary``), so when the call begins nothing in the context
+    points at the right line yet. Written out first, the request's words find the line that holds
+    them, and the name just before them can be read off it. data/experiments/tool_lookup measures
+    it on a toy model: without the step a held-out tool's name comes out 1 time in 100, with the
+    step (given) 71 times.
+    """
+    if key.lower() not in tool_line(tool.definition()).lower():
+        raise ValueError(f"{key!r} is not in {tool.name}'s tool line: the lookup quotes words the line has")
+    return f"{key}{LOOKUP_ARROW}{tool.name}"
 
 
 def thinking_notes(messages: list[dict]) -> list[str]:

@@ -262,7 +262,7 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
 
 def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, float | int]:
     """Teacher-forced, the lookup's words given: how often the model writes the expected first call's
-    tool name right where its thinking reads ``"<words> -> "`` (``skills.lookup_note``); that is the
+    tool name right where its thinking reads ``"<words> -> "`` (``lookups.lookup_note``); that is the
     first thinking after the prompt, so earlier turns (the ``errands`` kind) are context.
 
     The skill data thinks before every call: the words the request shares with the tool's line,

@@ -26,9 +26,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
-from llmkit.chat.template import Rendered, render, tool_line
+from llmkit.chat.template import Rendered, render
 from llmkit.chat.tools import Tool, run_tool_call
-from llmkit.course.lookups import LOOKUP_ARROW, lookup_weights
+from llmkit.course.lookups import lookup_note, lookup_weights
 from llmkit.course.phrasing import fill, phrasing_split, template
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
 from llmkit.course.toolgen import GenTool, draw_arguments, make_tool, say_arguments
@@ -177,23 +177,6 @@ class _Builder:
 
 
 # ------------------------------------------------------------------------------------------ requests
-def lookup_note(tool: Tool, key: str) -> str:
-    """The thinking before a call: the words the request shares with the chosen tool's line (for the
-    course's own tools, the word of their line that says what they do), then its name, e.g.
-    "tide level -> get_tide_level".
-
-    This is how a small left-to-right model can choose a tool it has never seen. A tool line starts
-    with the name (``name(signature): summary``), so when the call begins nothing in the context
-    points at the right line yet. Written out first, the request's words find the line that holds
-    them, and the name just before them can be read off it. data/experiments/tool_lookup measures
-    it on a toy model: without the step a held-out tool's name comes out 1 time in 100, with the
-    step (given) 71 times.
-    """
-    if key.lower() not in tool_line(tool.definition()).lower():
-        raise ValueError(f"{key!r} is not in {tool.name}'s tool line: the lookup quotes words the line has")
-    return f"{key}{LOOKUP_ARROW}{tool.name}"
-
-
 @dataclass
 class Request:
     """One thing the user asks that a tool answers: the words, the call, and how to answer."""
