@@ -66,6 +66,7 @@ def test_the_wheel_carries_the_shipped_models(wheel):
     shipped = (ROOT / "data" / "models" / "chat" / "model.safetensors").read_bytes()
     assert zipfile.ZipFile(wheel).read("llmkit/data/models/chat/model.safetensors") == shipped
     assert not any(name.startswith("llmkit/data/corpus") for name in names)  # only what the package needs
+    assert "llmkit/course/tool_vocabulary.txt" in names  # the words generated tools are named with
 
 
 @pytest.mark.slow
