@@ -309,6 +309,15 @@ def _multi(b: _Builder) -> SkillConversation:
     return SkillConversation("multi", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)
 
 
+def _tool_list(b: _Builder, fewest: int, most: int) -> list[GenTool]:
+    """``fewest``-``most`` generated tools whose subjects start with different words (one line per word)."""
+    tools: list[GenTool] = []
+    for _ in range(b.rng.randint(fewest, most)):
+        tools.append(make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word,
+                               avoid={t.subject.split()[0] for t in tools}))
+    return tools
+
+
 def _errands(b: _Builder) -> SkillConversation:
     """Several requests against one tool list, each answered before the next is asked.
 
@@ -317,10 +326,7 @@ def _errands(b: _Builder) -> SkillConversation:
     found in the list. It gives 2-3 lookups per conversation where ``tool`` gives one. ``expected``
     is the last turn's: an evaluation lets the model go on from the last request, history and all.
     """
-    tools: list[GenTool] = []
-    for _ in range(b.rng.randint(3, 4)):
-        tools.append(make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word,
-                               avoid={t.subject.split()[0] for t in tools}))
+    tools = _tool_list(b, 3, 4)
     offered = [t.as_tool() for t in tools]
     messages: list[dict] = []
     for tool in b.rng.sample(tools, b.rng.randint(2, 3)):
@@ -331,28 +337,22 @@ def _errands(b: _Builder) -> SkillConversation:
 
 
 def _which(b: _Builder) -> SkillConversation:
-    """Which tool answers each of several things: one lookup per thing, then the names, and no call.
-
-    The lookup's name is the step that carries over to tools never seen, and the one a small model
-    learns last (``lookups``); here it is practised 3-5 times in one short conversation, against
-    4-6 tools, where a call gives one. ``expected`` holds no call: the right reply names the tools.
-    """
-    tools: list[GenTool] = []
-    for _ in range(b.rng.randint(4, 6)):
-        tools.append(make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word,
-                               avoid={t.subject.split()[0] for t in tools}))
-    asked = b.rng.sample(tools, b.rng.randint(3, min(5, len(tools))))
-    subjects = [t.subject for t in asked]
-    joined = ", ".join(subjects[:-1]) + b.rng.choice([" and ", ", "]) + subjects[-1]
+    """Which tool answers each of 3-5 things: one lookup per thing, then the names, and no call.
+    The lookup's name carries over to unseen tools and is learnt last (``lookups``): a call
+    practises it once, this 3-5 times in one short conversation."""
+    tools = _tool_list(b, 4, 6)
     offered = [t.as_tool() for t in tools]
-    notes = "\n".join(lookup_note(t.as_tool(), t.subject) for t in asked)
+    asked = b.rng.sample(list(zip(tools, offered)), b.rng.randint(3, min(5, len(tools))))
+    subjects = [t.subject for t, _ in asked]
+    joined = ", ".join(subjects[:-1]) + b.rng.choice([" and ", ", "]) + subjects[-1]
+    notes = "\n".join(lookup_note(tool, t.subject) for t, tool in asked)
     answer = " ".join(b.rng.choice([f"For the {t.subject}: {t.name}.", f"{t.subject.capitalize()}: {t.name}.",
-                                    f"The {t.subject} comes from {t.name}."]) for t in asked)
+                                    f"The {t.subject} comes from {t.name}."]) for t, _ in asked)
     messages = [{"role": "user", "content": b.say("which_tools", subjects=joined)},
                 {"role": "assistant", "content": [{"type": "thinking", "thinking": notes},
                                                   {"type": "text", "text": answer}]}]
     return SkillConversation("which", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS),
-                             Expected(facts={"names": [t.name for t in asked]}))
+                             Expected(facts={"names": [t.name for t, _ in asked]}))
 
 
 def _missing(b: _Builder) -> SkillConversation:
