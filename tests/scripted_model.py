@@ -15,7 +15,9 @@ class ScriptedModel(Transformer):
 
     def forward(self, ids, cache=None, start_pos=None, *, last_only=False):
         logits = super().forward(ids, cache, start_pos, last_only=last_only)
-        step = (cache.length if cache is not None else ids.size(1)) - self.prompt_length
-        if 0 <= step < len(self.script):
-            logits[:, -1, self.script[step]] += 1e4
+        end = cache.length if cache is not None else ids.size(1)  # positions read so far
+        for row in range(logits.size(1)):  # every position returned, also when several tokens are read
+            step = end - logits.size(1) + row + 1 - self.prompt_length  # the script's token it predicts
+            if 0 <= step < len(self.script):
+                logits[:, row, self.script[step]] += 1e4
         return logits

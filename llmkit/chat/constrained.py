@@ -20,6 +20,11 @@ How a step decides which tokens are allowed:
 3. ``<|end_tool_call|>`` is allowed only where the JSON is complete; no other control token is
    allowed inside a call. Outside a call only ``<|end_tool_call|>`` is banned (a stray one would
    end the turn as "tool_use" with no call in it), and ``<|tool_call|>`` when no tools are offered.
+4. The tool's name is chosen whole: at the start of a call the constraint offers each offered tool's
+   opening (``{"name": "<name>", "input``) and the loop picks the one the model finds most likely
+   as a whole (``llmkit.generation.choice``), instead of committing to the name's first token. A
+   small model often knows *which* tool fits (the words after ``get_`` say so) but not how its
+   name begins; masking alone would let that first guess decide.
 
 What it cannot do: a call cut off by ``max_tokens`` is still cut off, and valid is not right (a
 real city that is the wrong city is still wrong). A schema feature it cannot enforce (string
@@ -104,6 +109,7 @@ class CallGrammar:
             self.token_bytes[token] = data
             self.trie.add(data, token)
         self._masks: dict[State, torch.Tensor] = {}
+        self.openings = call_openings(tokenizer, definitions)
 
     def allowed(self, state: State) -> torch.Tensor:
         """Bool mask over the vocabulary: the tokens that keep the call valid from ``state``."""
@@ -131,6 +137,22 @@ class CallGrammar:
         """The state after ``token``; None if the token cannot continue the call."""
         data = self.token_bytes.get(token)
         return None if data is None else self.matcher.read(data, state)
+
+
+def call_openings(tokenizer, definitions: list[dict]) -> list[list[int]] | None:
+    """The tokens of each call's opening, ``{"name": "<name>", "input``, as the chat template
+    tokenises a whole call: the options ``ToolCallConstraint`` offers, so the tool is chosen by the
+    model's probability of its whole name (``llmkit.generation.choice``). None when some opening
+    would be split differently inside a whole call: then the name is chosen token by token."""
+    openings = []
+    for definition in definitions:
+        opening = b'{"name": ' + json_bytes(definition["name"]) + b', "input'
+        ids = tokenizer.encode(opening.decode())
+        whole = tokenizer.encode((opening + b": {}}").decode())
+        if whole[:len(ids)] != ids:
+            return None
+        openings.append(ids)
+    return openings
 
 
 _GRAMMARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {tools key: CallGrammar}
@@ -161,9 +183,10 @@ class ToolCallConstraint:
     with no tools, ``<|tool_call|>``. One object follows one continuation, so give
     ``generate`` a function that makes a new one: ``functools.partial(ToolCallConstraint,
     tokenizer, tools)`` (cheap: the compiled grammar is shared per tokenizer and tool set).
+    ``choose_names=False`` picks the name token by token, like every other part of the call.
     """
 
-    def __init__(self, tokenizer, tools):
+    def __init__(self, tokenizer, tools, *, choose_names: bool = True):
         self.markers = marker_ids(tokenizer)
         definitions = tool_definitions(tools)
         self.grammar = _grammar(tokenizer, definitions) if definitions else None
@@ -173,15 +196,31 @@ class ToolCallConstraint:
             self.outside[self.markers["tool_call"]] = False
         self.mode = "text"  # "text", "thinking" or "call"
         self.state: State | None = None  # the automaton's state inside a call
+        self.choose_names = choose_names and self.grammar is not None and self.grammar.openings is not None
+        self.forced: list[int] = []  # the rest of the chosen opening, still to be written
 
     @property
     def in_call(self) -> bool:
         return self.mode == "call"
 
     def allowed(self) -> torch.Tensor | None:
+        if self.forced:
+            only = torch.zeros_like(self.outside)
+            only[self.forced[0]] = True
+            return only
         if self.mode == "call":
             return self.grammar.allowed(self.state)
         return self.outside
+
+    def choices(self) -> list[list[int]] | None:
+        """At the start of a call, with ``choose_names``: every offered tool's call opening, so the
+        tool is chosen by the probability of its whole name (``llmkit.generation.choice``)."""
+        if self.choose_names and not self.forced and self.mode == "call" and self.state == self.grammar.matcher.start:
+            return self.grammar.openings
+        return None
+
+    def choose(self, index: int) -> None:
+        self.forced = list(self.grammar.openings[index])
 
     def advance(self, token: int) -> None:
         if self.mode == "call":
@@ -198,6 +237,11 @@ class ToolCallConstraint:
             self.mode, self.state = "call", self.grammar.matcher.start
 
     def _advance_call(self, token: int) -> None:
+        if self.forced:
+            if token != self.forced[0]:
+                raise ValueError(f"token {token} was drawn where the chosen tool's name goes on with "
+                                 f"{self.forced[0]}; mask the logits with allowed() before sampling")
+            self.forced.pop(0)
         if token == self.markers["end_tool_call"] and self.grammar.matcher.done(self.state):
             self.mode, self.state = "text", None
             return

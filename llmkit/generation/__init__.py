@@ -11,4 +11,6 @@ module ``llmkit.generation.generate`` behind the function of the same name):
     llmkit.generation.prefix_cache  PrefixCache, PrefixCacheStats
     llmkit.generation.json_automaton  value_matcher, object_matcher, UnsupportedSchemaError: JSON read byte
                                     by byte against a schema (what constrained decoding asks at each step)
+    llmkit.generation.choice        ChoiceConstraint, option_log_probs, pick_option: choosing among whole
+                                    options (a tool's name) by the probability of all their tokens
 """

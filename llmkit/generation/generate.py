@@ -36,6 +36,7 @@ from typing import Callable, Collection, Iterable, Iterator, Sequence
 
 import torch
 
+from llmkit.generation.choice import option_log_probs, pick_option
 from llmkit.generation.prefix_cache import PrefixCache
 from llmkit.generation.request import Request, check_prompt, check_request
 from llmkit.generation.results import Completion, Generation, StopEvent, TokenEvent, Usage
@@ -216,6 +217,8 @@ class _Loop:
                 with torch.inference_mode():
                     if self.keep_logits:
                         kept_logits.append(logits.float())
+                    if self.constrained:
+                        self._make_choices(logits, cache, sequence, p + step)
                     if self.suppressed is not None or self.constrained:  # nothing to do in the plain case
                         logits = self._rule_out(logits)
                     chosen = sample_batch(logits, self.params, generator=self.generator,
@@ -246,6 +249,40 @@ class _Loop:
             for module in training:
                 module.training = True
         yield StopEvent(self._result(kept_logits, cache_read, first_token_at, finished_at))
+
+    def _make_choices(self, logits: torch.Tensor, cache: KVCache | None, sequence: torch.Tensor | None,
+                      length: int) -> None:
+        """Where a sample's constraint offers whole options (``llmkit.generation.choice``), score each
+        by the model's probability of all its tokens and tell the constraint which one won.
+        ``length`` tokens (prompt and new) precede this step."""
+        for row, sample in enumerate(self.samples):
+            offer = getattr(sample.constraint, "choices", None)
+            options = offer() if offer is not None and sample.stop_reason is None else None
+            if not options:
+                continue
+            if max(len(option) for option in options) > self.steps - (length - len(self.prompt)):
+                continue  # an option would not fit in the budget: token by token instead
+            scores = option_log_probs(logits[row], options,
+                                      lambda fed: self._continue_row(row, fed, cache, sequence, length))
+            if self.suppressed is not None:  # an option holding a banned token may not be chosen
+                for index, option in enumerate(options):
+                    if self.suppressed[list(option)].any():
+                        scores[index] = float("-inf")
+            if torch.isfinite(scores).any():
+                sample.constraint.choose(pick_option(scores, self.params, self.generator))
+
+    def _continue_row(self, row: int, fed: torch.Tensor, cache: KVCache | None, sequence: torch.Tensor | None,
+                      length: int) -> torch.Tensor:
+        """Logits at every position of ``fed`` (options, k) read after sample ``row``'s ``length``
+        tokens, on a copy of its cache: the sample's own cache is left as it was."""
+        if cache is None:
+            context = sequence[row:row + 1, :length].expand(fed.size(0), -1)
+            return self.model(torch.cat([context, fed], dim=1))[:, length:]
+        copy = self.model.new_cache(fed.size(0), max_length=length + fed.size(1), dtype=cache.keys[0].dtype)
+        copy.key_table[:, :, :, :length] = cache.key_table[:, row:row + 1, :, :length]
+        copy.value_table[:, :, :, :length] = cache.value_table[:, row:row + 1, :, :length]
+        copy.length = length
+        return self.runner(fed, cache=copy)
 
     def _rule_out(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits with suppressed tokens, and tokens a sample's constraint forbids, at -inf."""

@@ -32,6 +32,7 @@ from typing import Collection, Iterable, Iterator, Sequence as Seq
 
 import torch
 
+from llmkit.generation.choice import pick_option, score_after
 from llmkit.generation.request import Request, check_request
 from llmkit.generation.results import StopEvent, TokenEvent
 from llmkit.generation.sampling import SamplingParams, sample_batch
@@ -251,6 +252,9 @@ class Engine:
             self._choose(list(batch), logits)
 
     def _choose(self, batch: list[Sequence], logits: torch.Tensor) -> None:
+        for sequence in batch:
+            if sequence.constraint is not None:
+                self._choose_option(sequence)
         for sequence, token in zip(batch, pick_tokens(batch, logits)):
             if isinstance(token, Exception):  # a constraint that failed: only this request ends
                 self._counts["failed"] += 1
@@ -264,6 +268,22 @@ class Engine:
                 self._finish(sequence, None)
         self._counts["output_tokens"] += len(batch)
         self._recent.append((time.monotonic(), len(batch)))
+
+    def _choose_option(self, sequence: Sequence) -> None:
+        """Where the sequence's constraint offers whole options (a tool's name), pick one by the
+        model's probability of all its tokens (``llmkit.generation.choice``). The paged cache is
+        not copied: the context is read again, once per call, into a plain cache."""
+        offer = getattr(sequence.constraint, "choices", None)
+        options = offer() if offer is not None else None
+        if not options or max(len(option) for option in options) > sequence.steps - len(sequence.tokens):
+            return
+        scores = score_after(self.model, sequence.prompt + sequence.tokens, options)
+        if sequence.suppressed is not None:
+            for index, option in enumerate(options):
+                if sequence.suppressed[list(option)].any():
+                    scores[index] = float("-inf")
+        if torch.isfinite(scores).any():
+            sequence.constraint.choose(pick_option(scores, sequence.params, sequence.generator))
 
     def _guarded(self, batch: list[Sequence], step) -> None:
         """Run a forward pass; if it fails, the requests in it end with the error, not the server."""
