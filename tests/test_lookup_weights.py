@@ -1,4 +1,5 @@
-"""The lookups' name tokens: found exactly, weighted in the loss, and only in the training split."""
+"""The lookups' name tokens (the ``which`` kind's thinking): found exactly, weighted in the loss, and only in
+the training split."""
 import dataclasses
 
 import pytest
@@ -13,9 +14,9 @@ from llmkit.training.sft import pad_batch
 
 def test_the_positions_spell_every_name_a_lookup_writes_in_order(tokenizer):
     for seed in range(12):
-        c = make_skill("errands", "train", seed)
+        c = make_skill("which", "train", seed)
         ids = c.render(tokenizer).ids
-        names = [note.split(" -> ")[1] for note in thinking_notes(c.messages) if " -> " in note]
+        names = [line.split(" -> ")[1] for note in thinking_notes(c.messages) for line in note.split("\n")]
         assert len(names) >= 2
         positions = lookup_name_positions(tokenizer, ids, c.messages)
         assert tokenizer.decode([ids[p] for p in positions]).replace(" ", "") == "".join(names)
@@ -23,7 +24,7 @@ def test_the_positions_spell_every_name_a_lookup_writes_in_order(tokenizer):
 
 
 def test_a_weighted_conversation_keeps_its_ids_and_weights_only_the_lookup_names(tokenizer):
-    c = make_skill("tool", "train", 4)
+    c = make_skill("which", "train", 4)
     plain = c.render(tokenizer)
     weighted = dataclasses.replace(c, lookup_weight=4.0).render(tokenizer)
     assert weighted.ids == plain.ids and plain.mask == [bool(w) for w in weighted.mask]
@@ -33,7 +34,7 @@ def test_a_weighted_conversation_keeps_its_ids_and_weights_only_the_lookup_names
 
 
 def test_weights_must_be_positive_and_fall_on_assistant_tokens(tokenizer):
-    c = make_skill("tool", "train", 4)
+    c = make_skill("which", "train", 4)
     r = c.render(tokenizer)
     with pytest.raises(ValueError, match="positive"):
         lookup_weights(tokenizer, r.ids, r.mask, c.messages, 0)

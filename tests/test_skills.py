@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmkit.chat.markers import marker_ids
+from llmkit.chat.template import render
 from llmkit.course.phrasing_pools import TRAIN
 from llmkit.course.skill_preferences import make_skill_preferences
 from llmkit.course.skill_scores import SCORES, calls_in, evaluate_skills, fractions, repeats, score
@@ -347,47 +348,70 @@ def test_tool_name_choice_is_one_for_a_model_that_predicts_the_name_and_zero_for
                          make_skills(1, split="seen", seed=0, kinds=["chitchat"]))
 
 
-def test_lookup_choice_scores_the_name_written_after_the_lookups_words(tokenizer):
-    from llmkit.course.lookups import token_positions
-    from llmkit.course.skill_scores import lookup_choice, without_thinking
+def _scripted_on(tokenizer, spec, call_names: list[str]):
+    """A tiny model that writes ``spec``'s conversation with its calls naming ``call_names`` in turn
+    (each token pushed far ahead of the rest): an oracle for a real model's interface."""
+    import copy
 
-    spec = make_skills(1, split="unseen_phrasings_and_tools", seed=4, kinds=["tool"])[0]
-    ids = spec.render(tokenizer).ids
+    import torch
+
+    from llmkit.model.transformer import ModelConfig
+    from scripted_model import ScriptedModel
+
+    messages, names = copy.deepcopy(spec.messages), iter(call_names)
+    for message in messages:
+        if message["role"] == "assistant" and isinstance(message["content"], list):
+            for block in message["content"]:
+                if block["type"] == "tool_use":
+                    block["name"] = next(names)
+    ids = render(tokenizer, messages, tools=spec.definitions, system=spec.system, add_generation_prompt=False).ids
+    torch.manual_seed(0)
+    config = ModelConfig.llama(vocab_size=tokenizer.vocab_size, context_length=len(ids) + 8, d_model=32,
+                               n_layers=1, n_heads=2)
+    return ScriptedModel(config, ids, 0).eval()
+
+
+def test_name_choice_picks_the_tool_whose_whole_opening_the_model_writes(tokenizer):
+    from llmkit.course.skill_scores import name_choice
+
+    spec = next(s for s in make_skills(6, split="unseen_phrasings_and_tools", seed=4, kinds=["tool"])
+                if len(s.tools) > 1)
     name = spec.expected.calls[0][0]
-    note = spec.messages[1]["content"][0]["thinking"]
-    end = len(note.encode())
-    positions = token_positions(tokenizer, ids, ids.index(tokenizer.special_tokens["<|thinking|>"]),
-                                      end - len(name), end)
-    assert b"".join(tokenizer.token_bytes(ids[p]) for p in positions).strip() == name.encode()  # the name alone
-    good = lookup_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer, [spec])
-    bad = lookup_choice(_Oracle(ids, tokenizer.vocab_size, wrong=True), tokenizer, [spec])
+    other = next(t.name for t in spec.tools if t.name != name)
+    good = name_choice(_scripted_on(tokenizer, spec, [name]), tokenizer, [spec])
+    bad = name_choice(_scripted_on(tokenizer, spec, [other]), tokenizer, [spec])
     assert (good["right"], bad["right"], good["n"]) == (1.0, 0.0, 1)
     assert good["chance"] == pytest.approx(1 / len(spec.tools))
-    with pytest.raises(ValueError, match="not a lookup"):  # data without the lookup step cannot be scored so
-        lookup_choice(_Oracle(ids, tokenizer.vocab_size), tokenizer, [without_thinking(spec)])
+    with pytest.raises(ValueError, match="calls a tool"):
+        name_choice(_scripted_on(tokenizer, spec, [name]), tokenizer,
+                    make_skills(1, split="seen", seed=0, kinds=["chitchat"]))
 
 
-def test_lookup_choice_scores_the_last_request_of_errands_not_the_first():
-    """Errands look up several tools in turn; the score is the expected call's, after the prompt."""
-    from llmkit.course.skill_scores import lookup_choice
+def test_name_choice_scores_the_last_request_of_errands_not_the_first():
+    """Errands call several tools in turn; the score is the expected call's, after the prompt."""
+    from llmkit.course.skill_scores import calls_in, name_choice
 
     tokenizer = Tokenizer.load(data_path("models", "staged", "base", "tokenizer.json"))
-    from llmkit.course.lookups import token_positions
 
-    spec = next(s for s in make_skills(8, split="seen", seed=2, kinds=["errands"]) if len(s.prompt) > 1)
-    ids = spec.render(tokenizer).ids
-    markers = [i for i, t in enumerate(ids) if t == tokenizer.special_tokens["<|thinking|>"]]
-    first_note = spec.messages[1]["content"][0]["thinking"]
-    first_name = first_note.split(" -> ")[1]
-    assert len(markers) >= 2 and first_name != spec.expected.calls[0][0]
-    end = len(first_note.encode())
-    first = frozenset(token_positions(tokenizer, ids, markers[0], end - len(first_name), end))
-    wrong_first = lookup_choice(_Oracle(ids, tokenizer.vocab_size, wrong_at=first), tokenizer, [spec])
-    wrong_all = lookup_choice(_Oracle(ids, tokenizer.vocab_size, wrong=True), tokenizer, [spec])
-    assert (wrong_first["right"], wrong_all["right"]) == (1.0, 0.0)  # the first turn's lookup is only context
+    def length(name: str) -> int:
+        return len(tokenizer.encode(json.dumps({"name": name, "input": {}})))
+
+    for spec in make_skills(40, split="seen", seed=2, kinds=["errands"]):
+        earlier = [call["name"] for call in calls_in(spec.prompt)]
+        expected = spec.expected.calls[0][0]
+        # a wrong first call as long in tokens as the right one, so the scripted positions stay in step
+        wrong = [t.name for t in spec.tools if t.name not in (expected, *earlier[:1])
+                 and earlier and length(t.name) == length(earlier[0])]
+        if wrong:
+            break
+    else:
+        pytest.fail("no errands conversation with a same-length wrong first call")
+    wrong_first = name_choice(_scripted_on(tokenizer, spec, [wrong[0]] + earlier[1:] + [expected]), tokenizer, [spec])
+    wrong_last = name_choice(_scripted_on(tokenizer, spec, earlier + [wrong[0]]), tokenizer, [spec])
+    assert (wrong_first["right"], wrong_last["right"]) == (1.0, 0.0)  # the first turn's call is only context
 
 
-def test_without_thinking_takes_out_the_thinking_that_names_the_tool_and_nothing_else():
+def test_without_thinking_takes_out_the_thinking_and_nothing_else():
     from llmkit.course.skill_scores import without_thinking
 
     specs = make_skills(12, split="seen", seed=3, kinds=["tool"])
@@ -401,7 +425,7 @@ def test_without_thinking_takes_out_the_thinking_that_names_the_tool_and_nothing
         blocks = [b for m in plain.messages if isinstance(m["content"], list) for b in m["content"]]
         assert all(b["type"] != "thinking" for b in blocks)
         assert [b["name"] for b in blocks if b["type"] == "tool_use"] == [name]  # the call is still there
-        assert any(b["type"] == "thinking" and name in b["thinking"] for m in spec.messages  # the original kept
+        assert any(b["type"] == "thinking" for m in spec.messages  # the original kept
                    if isinstance(m["content"], list) for b in m["content"])
 
 
@@ -430,9 +454,9 @@ def test_argument_copy_sorts_values_by_whether_the_prompt_spells_them_in_the_sam
 
 
 @pytest.mark.parametrize("split", ["train", "unseen_values", "unseen_phrasings_and_tools"])
-def test_every_call_is_preceded_by_a_lookup_of_its_tool_line(split):
-    """The thinking before each call holds words of the request that the chosen tool's line has
-    (and, for a generated tool, no other offered line has), then the call's name."""
+def test_every_call_is_preceded_by_the_words_of_its_tool_line(split):
+    """The thinking before each call is words of the request that the chosen tool's line has (and,
+    for a generated tool, no other offered line has); it does not spell the name (the call does)."""
     from llmkit.chat.template import tool_line
 
     specs = make_skills(60, split=split, seed=4, kinds=["tool", "weather", "letters", "arithmetic", "multi"])
@@ -448,8 +472,8 @@ def test_every_call_is_preceded_by_a_lookup_of_its_tool_line(split):
                 if block["type"] not in ("tool_use", "server_tool_use"):
                     continue
                 assert before["type"] == "thinking", "a call without its lookup"
-                key, _, name = before["thinking"].rpartition(" -> ")
-                assert name == block["name"] and key.lower() in lines[name]
+                key, name = before["thinking"], block["name"]
+                assert " -> " not in key and key.lower() in lines[name]
                 if name not in COURSE_TOOLS:
                     assert key.lower() in request.lower()  # the words come from the request
                     assert all(key.lower() not in line for other, line in lines.items() if other != name)

@@ -1,10 +1,16 @@
-"""Where a skill conversation's lookups sit among its tokens.
+"""What the skill data thinks before choosing a tool, and where its lookups sit among the tokens.
 
-Before each call the skill data thinks ``"<words> -> <name>"`` (``lookup_note``): the
-request's words, then the tool's name read off its line. Writing that name is the one step that
-looks *back* in the tool list (a line starts with the name, so the words come after it), and the
-step a small model learns last. These helpers find those name tokens, to score them
-(``skill_scores.lookup_choice``) and to give them more weight in the loss (``lookup_weights``).
+Before each call the skill data thinks the words the request shares with the tool's line
+(``call_note``: "tide level"), and the call then names the tool. Naming it is the one step that
+looks *back* in the tool list (a line starts with the name, so the words come after it): a small
+model often knows which line it wants and still misspells how the name begins. So the client
+chooses the name whole, by the model's probability of each offered name
+(``llmkit.chat.constrained``), and the data does not make the model spell it out in the thinking
+first, where a wrong guess would lead the call astray.
+
+The ``which`` kind asks which tool answers each of several things, and its thinking does write
+``"<words> -> <name>"`` (``lookup_note``) for each. These helpers find those name tokens, to give
+them more weight in the loss (``lookup_weights``).
 """
 from __future__ import annotations
 
@@ -14,20 +20,27 @@ from llmkit.chat.tools import Tool
 LOOKUP_ARROW = " -> "
 
 
-def lookup_note(tool: Tool, key: str) -> str:
+def call_note(tool: Tool, key: str) -> str:
     """The thinking before a call: the words the request shares with the chosen tool's line (for the
-    course's own tools, the word of their line that says what they do), then its name, e.g.
-    "tide level -> get_tide_level".
+    course's own tools, the word of their line that says what they do), e.g. "tide level".
 
-    This is how a small left-to-right model can choose a tool it has never seen. A tool line starts
-    with the name (``name(signature): summary``), so when the call begins nothing in the context
-    points at the right line yet. Written out first, the request's words find the line that holds
-    them, and the name just before them can be read off it. data/experiments/tool_lookup measures
-    it on a toy model: without the step a held-out tool's name comes out 1 time in 100, with the
-    step (given) 71 times.
+    Written first, they point at the line that holds them, so the call that follows can name the
+    tool on that line: data/experiments/tool_lookup measured, on a toy model, held-out tools named
+    right 1 time in 100 without this step and 71 times with it.
     """
+    _check_key(tool, key)
+    return key
+
+
+def _check_key(tool: Tool, key: str) -> None:
     if key.lower() not in tool_line(tool.definition()).lower():
-        raise ValueError(f"{key!r} is not in {tool.name}'s tool line: the lookup quotes words the line has")
+        raise ValueError(f"{key!r} is not in {tool.name}'s tool line: the thinking quotes words the line has")
+
+
+def lookup_note(tool: Tool, key: str) -> str:
+    """One line of the ``which`` kind's thinking: the words the request shares with a tool's line,
+    then its name, e.g. "tide level -> get_tide_level" (the reply then names the tools)."""
+    _check_key(tool, key)
     return f"{key}{LOOKUP_ARROW}{tool.name}"
 
 

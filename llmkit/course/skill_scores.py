@@ -15,9 +15,11 @@ copy when no tool is needed), so a fraction is taken over the conversations a sc
 - ``no_invention``: asked for what no offered tool gives, no number the user did not write;
 - ``memory``: the final text holds the name the user gave, exactly.
 
-``evaluate_skills`` runs a model through ``Client`` + ``run_agent`` greedily on each split;
-``tool_name_choice`` measures the choice of tool alone, teacher-forced, beside chance, and
-``argument_copy`` the copying of argument values, split by whether their tokens occur in the prompt.
+``evaluate_skills`` runs a model through ``Client`` + ``run_agent`` greedily on each split, with
+the client's default decoding (a tool call is kept valid, and the tool's name chosen whole);
+``name_choice`` measures the choice of tool alone as that client makes it, teacher-forced, beside
+chance, and ``argument_copy`` the copying of argument values, split by whether their tokens occur
+in the prompt.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ import threading
 from collections import Counter, defaultdict
 
 from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments
-from llmkit.course.lookups import thinking_notes, token_positions
+from llmkit.chat.template import render
+from llmkit.course.lookups import token_positions
 from llmkit.course.skills import KINDS, SPLITS, SkillConversation, make_skills, value_at
 
 SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory",
@@ -260,27 +263,39 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
     return _name_choice(model, specs, in_the_call)
 
 
-def lookup_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, float | int]:
-    """Teacher-forced, the lookup's words given: how often the model writes the expected first call's
-    tool name right where its thinking reads ``"<words> -> "`` (``lookups.lookup_note``); that is the
-    first thinking after the prompt, so earlier turns (the ``errands`` kind) are context.
+def name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, float | int]:
+    """Teacher-forced, the thinking given: how often the tool the client would call is the expected
+    first call's. Everything up to ``<|tool_call|>`` is given, and the client's constrained decoding
+    chooses among the offered tools by the model's probability of each whole call opening
+    (``llmkit.chat.constrained.call_openings``, ``llmkit.generation.choice``); the expected call is
+    the first after the prompt, so earlier turns (the ``errands`` kind) are context.
 
-    The skill data thinks before every call: the words the request shares with the tool's line,
-    then the name. With the words given, writing the name is the lookup in the tool list alone,
-    the step a toy model learns for held-out tools only slowly (``data/experiments/tool_lookup``).
-    ``tool_name_choice`` takes the thinking out, which for this data is a prompt it never saw.
+    This is the tool choice as a learner's client makes it, with no earlier mistake to blame.
+    ``tool_name_choice`` asks instead for the name token by token with no thinking at all.
     """
-    def in_the_thinking(spec: SkillConversation) -> tuple[list[int], list[int]]:
-        name = spec.expected.calls[0][0]
-        notes, before = thinking_notes(spec.messages), len(thinking_notes(spec.prompt))
-        note = notes[before] if before < len(notes) else ""
-        if not note.endswith(" -> " + name):
-            raise ValueError(f"the thinking before the expected call is not a lookup of {name!r}: {note!r}")
+    from llmkit.chat.constrained import call_openings
+    from llmkit.generation.choice import score_after
+
+    call = tokenizer.special_tokens["<|tool_call|>"]
+    right, chance, n = 0, 0.0, 0
+    for spec in specs:
+        if not spec.expected.calls:
+            continue
         ids = spec.render(tokenizer).ids
-        end = len(note.encode("utf-8"))
-        markers = [i for i, token in enumerate(ids) if token == tokenizer.special_tokens["<|thinking|>"]]
-        return ids, token_positions(tokenizer, ids, markers[before], end - len(name.encode("utf-8")), end)
-    return _name_choice(model, specs, in_the_thinking)
+        asked = len(render(tokenizer, spec.prompt, tools=spec.definitions or None, system=spec.system).ids)
+        marker = ids.index(call, asked - 1)
+        openings = call_openings(tokenizer, spec.definitions)
+        if openings is None:
+            raise ValueError(f"the tokenizer splits a call opening of {[t.name for t in spec.tools]} differently "
+                             "inside a whole call, so the client would choose token by token")
+        scores = score_after(model, ids[:marker + 1], openings)
+        names = [t.name for t in spec.tools]
+        right += names[int(scores.argmax())] == spec.expected.calls[0][0]
+        chance += 1 / len(names)
+        n += 1
+    if n == 0:
+        raise ValueError("none of these conversations calls a tool; use tool-calling kinds such as 'tool'")
+    return {"right": right / n, "chance": chance / n, "n": n}
 
 
 def _name_choice(model, specs: list[SkillConversation], locate) -> dict[str, float | int]:
@@ -308,16 +323,16 @@ TOOL_CALLING_KINDS = ("tool", "weather", "letters", "search", "arithmetic", "mul
 
 def teacher_forced_scores(model, tokenizer, split: str, *, n: int = 40, seed: int = 11) -> dict[str, float]:
     """The teacher-forced skills on conversations of ``split``, as flat figures for a log:
-    ``tool_choice`` and ``lookup_choice`` on ``n`` generated-tool conversations (beside
+    ``tool_choice`` and ``name_choice`` on ``n`` generated-tool conversations (beside
     ``tool_choice_chance``, which is the chance of both) and
     ``copy_in_prompt`` / ``copy_respelled`` on the argument values of ``n`` conversations of the
     tool-calling kinds in turn."""
     tool_specs = make_skills(n, split=split, seed=seed, kinds=["tool"])
     choice = tool_name_choice(model, tokenizer, tool_specs)
-    lookup = lookup_choice(model, tokenizer, tool_specs)
+    chosen = name_choice(model, tokenizer, tool_specs)
     copy = argument_copy(model, tokenizer, make_skills(n, split=split, seed=seed, kinds=list(TOOL_CALLING_KINDS)))
     figures = {"tool_choice": round(choice["right"], 4), "tool_choice_chance": round(choice["chance"], 4),
-               "lookup_choice": round(lookup["right"], 4)}
+               "name_choice": round(chosen["right"], 4)}
     figures.update({f"copy_{group}": round(g["right"], 4) for group, g in copy.items() if g["n"]})
     return figures
 

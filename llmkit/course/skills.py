@@ -28,7 +28,7 @@ from typing import Callable
 
 from llmkit.chat.template import Rendered, render
 from llmkit.chat.tools import Tool, run_tool_call
-from llmkit.course.lookups import lookup_note, lookup_weights
+from llmkit.course.lookups import call_note, lookup_note, lookup_weights
 from llmkit.course.phrasing import fill, phrasing_split, template
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
 from llmkit.course.toolgen import GenTool, draw_arguments, make_tool, say_arguments
@@ -203,7 +203,7 @@ def _subject_request(b: _Builder, tool: GenTool) -> Request:
         return b.rng.choice([f"The {tool.subject} is {value}.", f"{tool.subject.capitalize()}: {value}.",
                              f"I checked: the {tool.subject} is {value}.", f"It's {value}."])
     tool_object = tool.as_tool()
-    return Request(text, tool_object, arguments, path, answer, lookup_note(tool_object, tool.subject))
+    return Request(text, tool_object, arguments, path, answer, call_note(tool_object, tool.subject))
 
 
 def _weather_request(b: _Builder) -> Request:
@@ -217,7 +217,7 @@ def _weather_request(b: _Builder) -> Request:
                     else f"No umbrella needed: {chance}% chance of rain.")
         return f"{forecast['condition'].capitalize()} in {city}, {chance}% chance of rain, high {high}°C."
     return Request(b.say("weather", city=city, day=day), get_weather, {"city": city, "day": day},
-                   ("chance_of_rain_percent",), answer, lookup_note(get_weather, "weather"))
+                   ("chance_of_rain_percent",), answer, call_note(get_weather, "weather"))
 
 
 def _letters_request(b: _Builder) -> Request:
@@ -228,7 +228,7 @@ def _letters_request(b: _Builder) -> Request:
         count = int(content)
         return f"{word} has {count} {letter if count == 1 else letter + chr(39) + 's'}."
     return Request(b.say("letters", letter=letter, word=word), count_letters, {"word": word, "letter": letter},
-                   (), answer, lookup_note(count_letters, "letter"))
+                   (), answer, call_note(count_letters, "letter"))
 
 
 def _arithmetic_request(b: _Builder) -> Request:
@@ -237,7 +237,7 @@ def _arithmetic_request(b: _Builder) -> Request:
     expression = form.format(*operands)
     return Request(b.say("arithmetic", expression=expression), calculator, {"expression": expression}, (),
                    lambda content: b.rng.choice([f"The result is {content}.", f"{expression} = {content}."]),
-                   lookup_note(calculator, "arithmetic"))
+                   call_note(calculator, "arithmetic"))
 
 
 def _search_request(b: _Builder) -> Request:
@@ -250,7 +250,7 @@ def _search_request(b: _Builder) -> Request:
         hits = json.loads(content)
         return next(iter(hits.values())) if hits else f"I found nothing about {topic}."
     return Request(b.say("search", topic=topic), web_search, {"query": topic}, ("*first*",), answer,
-                   lookup_note(web_search, "search"))
+                   call_note(web_search, "search"))
 
 
 def _any_request(b: _Builder, kind: str | None = None) -> Request:
