@@ -27,7 +27,7 @@ TINY = {
     "dpo": {"batch_size": 2, "max_steps": 2, "warmup_steps": 1, "heldout_examples": 2, "eval_every": 2,
             "checkpoint_every": 1, "log_every": 1, "sft_weight": 0.5, "device": "cpu"},
     "evals": {"per_kind": 1, "splits": ["seen", "unseen_phrasings_and_tools"], "kinds": ["chitchat", "tool"],
-              "max_tokens": 4, "batch": 2},
+              "max_tokens": 4, "batch": 2, "unconstrained_per_kind": 1},
 }
 
 
@@ -89,6 +89,8 @@ def test_every_stage_leaves_its_outputs_and_a_log(built):
     assert set(evals) == {"seen", "unseen_phrasings_and_tools"}
     assert 0.0 <= evals["seen"]["right_tool"] <= 1.0 and evals["seen"]["n_right_tool"] == 2
     assert {"tool_choice", "tool_choice_chance", "copy_in_prompt"} <= set(evals["seen"]["teacher_forced"])
+    assert {"name_choice", "tool_choice"} <= set(evals["seen"]["teacher_forced"])
+    assert evals["seen"]["unconstrained"]["n_right_tool"] == 2  # and without constrained decoding, beside it
 
 
 def test_shipping_copies_the_bf16_models_and_their_stage_logs(built, tmp_path):

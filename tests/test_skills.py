@@ -287,6 +287,30 @@ def test_answer_from_result_is_false_when_the_result_has_another_shape():
     assert answer_from_result(spec, transcript) is False
 
 
+def test_run_one_measures_with_or_without_the_clients_constrained_decoding(tokenizer, one_thread):
+    """A model scripted to call a tool that is not offered: the harness records that call with the
+    constraint off, and a call to an offered tool with it on (the default, as a learner's client)."""
+    import torch
+
+    from llmkit.chat.client import Client
+    from llmkit.course.skill_scores import calls_in, run_one
+    from llmkit.model.transformer import ModelConfig
+    from scripted_model import ScriptedModel
+
+    spec = next(s for s in make_skills(10, split="seen", seed=1, kinds=["tool"]) if s.tools)
+    prompt = render(tokenizer, spec.prompt, tools=spec.definitions, system=spec.system).ids
+    script = tokenizer.encode('<|tool_call|>{"name": "not_offered", "input": {}}<|end_tool_call|>', allowed_special="all")
+    torch.manual_seed(0)
+    config = ModelConfig.llama(vocab_size=tokenizer.vocab_size, context_length=1024, d_model=32, n_layers=1, n_heads=2)
+    client = Client.from_model(ScriptedModel(config, script, len(prompt)).eval(), tokenizer)
+    free, _ = run_one(client, spec, max_tokens=30, max_iterations=1, constrain_tools=False)
+    kept, _ = run_one(client, spec, max_tokens=30, max_iterations=1)
+    assert [c["name"] for c in calls_in(free)][:1] == ["not_offered"]
+    call = calls_in(kept)[0]  # the random arguments may run past max_tokens: then read the name off the text
+    named = call["name"] or re.match(r'\{"name": "([^"]+)"', call["input"]).group(1)
+    assert named in {t.name for t in spec.tools}
+
+
 def test_batched_evals_run_the_same_greedy_conversations_as_one_at_a_time(tiny_llama, tokenizer, one_thread):
     """The evals stage runs conversations 8 at a time through the server's batching engine; on the same
     model they must come out as the one-at-a-time harness writes them (rare last-bit near-ties aside)."""

@@ -255,11 +255,11 @@ def run_evals(settings: dict, folder: Path, log: logging.Logger, *, base: Path, 
 
     from llmkit.chat.client import Client
     from llmkit.course.skill_scores import evaluate_skills, teacher_forced_scores
-    from llmkit.course.skills import KINDS as SKILL_KINDS, SPLITS
+    from llmkit.course.skills import MIX, SPLITS
 
     ship_copy(base, folder / SHIPPED)  # the evals score the model exactly as it ships
     client = Client(folder / SHIPPED, device=device)
-    splits, kinds = settings.get("splits", SPLITS[1:]), settings.get("kinds") or SKILL_KINDS
+    splits, kinds = settings.get("splits", SPLITS[1:]), settings.get("kinds") or list(MIX)  # the kinds it learnt
     total = len(splits) * len(kinds) * settings["per_kind"]
     bar = tqdm(total=total, desc="evals", unit="conv", disable=not progress)
     report = evaluate_skills(client, per_kind=settings["per_kind"], splits=splits, kinds=kinds,
@@ -270,6 +270,13 @@ def run_evals(settings: dict, folder: Path, log: logging.Logger, *, base: Path, 
     for split in splits:  # the choice of tool and the copying of values alone, every earlier token given
         report[split]["teacher_forced"] = teacher_forced_scores(model, client.tokenizer, split,
                                                                 n=2 * settings["per_kind"])
+    alone = settings.get("unconstrained_per_kind", 0)
+    if alone:  # beside it, what the model writes with the client's constrained decoding off
+        free = evaluate_skills(client, per_kind=alone, splits=splits, kinds=kinds, seed=settings.get("seed", 0),
+                               max_tokens=settings.get("max_tokens", 96), batch=settings.get("batch", 1),
+                               constrain_tools=False)
+        for split in splits:
+            report[split]["unconstrained"] = {k: v for k, v in free[split].items() if k != "kinds"}
     write_json(folder / "evals.json", report)
     log.info("evals: %s", {s: {k: v for k, v in r.items() if not k.startswith("n_") and k != "kinds"}
                            for s, r in report.items()})

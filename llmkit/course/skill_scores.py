@@ -167,15 +167,17 @@ def fractions(rows: list[dict[str, bool | None]]) -> dict[str, float | int]:
     return out
 
 
-def run_one(client, spec: SkillConversation, *, max_tokens: int = 96, max_iterations: int = 4):
-    """Replay one conversation through the harness greedily: (transcript after the prompt, stop reason)."""
+def run_one(client, spec: SkillConversation, *, max_tokens: int = 96, max_iterations: int = 4,
+            constrain_tools: bool = True):
+    """Replay one conversation through the harness greedily: (transcript after the prompt, stop reason).
+    ``constrain_tools=False`` turns the client's constrained decoding off (what the model writes alone)."""
     from llmkit.chat.agent import run_agent
     from llmkit.chat.client import ContextWindowError
 
     prompt = spec.prompt
     try:
         result = run_agent(client, prompt, spec.tools, max_iterations=max_iterations, max_tokens=max_tokens,
-                           system=spec.system, temperature=0.0, cache=False)
+                           system=spec.system, temperature=0.0, cache=False, constrain_tools=constrain_tools)
     except ContextWindowError:
         return [], "context_window"
     # the loop's own reason when it ended early (context window, iteration limit), else the reply's
@@ -184,24 +186,27 @@ def run_one(client, spec: SkillConversation, *, max_tokens: int = 96, max_iterat
 
 
 def evaluate_skills(client, *, per_kind: int = 100, splits=SPLITS[1:], kinds=KINDS, seed: int = 0,
-                    max_tokens: int = 96, progress=None, batch: int = 1) -> dict[str, dict]:
+                    max_tokens: int = 96, progress=None, batch: int = 1,
+                    constrain_tools: bool = True) -> dict[str, dict]:
     """Per split: the fraction of each score over ``per_kind`` conversations of each kind, and per kind.
 
     ``progress``: an optional callable given the number of conversations done, for a progress bar.
     ``batch`` > 1 runs that many conversations at once through a batching engine over ``client``'s
     model (``batched_runs``): several times faster on a CPU, where decoding one sequence leaves the
     cores mostly idle. Greedy either way; a batched matmul can round the last bit of a logit
-    differently, so a near-tie may rarely go the other way.
+    differently, so a near-tie may rarely go the other way. ``constrain_tools=False`` scores what the
+    model writes with the client's constrained decoding off (no valid-call mask, no whole-name choice).
     """
     specs = {split: {kind: make_skills(per_kind, split=split, seed=seed, kinds=[kind]) for kind in kinds}
              for split in splits}
     flat = [spec for by_kind in specs.values() for kind_specs in by_kind.values() for spec in kind_specs]
     if batch > 1:
-        outcomes = batched_runs(client, flat, batch=batch, max_tokens=max_tokens, progress=progress)
+        outcomes = batched_runs(client, flat, batch=batch, max_tokens=max_tokens, progress=progress,
+                                constrain_tools=constrain_tools)
     else:
         outcomes = []
         for spec in flat:
-            outcomes.append(run_one(client, spec, max_tokens=max_tokens))
+            outcomes.append(run_one(client, spec, max_tokens=max_tokens, constrain_tools=constrain_tools))
             if progress is not None:
                 progress(len(outcomes))
     rows = iter(score(spec, *outcome) for spec, outcome in zip(flat, outcomes))
@@ -214,7 +219,7 @@ def evaluate_skills(client, *, per_kind: int = 100, splits=SPLITS[1:], kinds=KIN
 
 
 def batched_runs(client, specs: list[SkillConversation], *, batch: int, max_tokens: int = 96,
-                 progress=None) -> list[tuple[list[dict], str]]:
+                 progress=None, constrain_tools: bool = True) -> list[tuple[list[dict], str]]:
     """``run_one`` for every spec, ``batch`` at a time: one thread per conversation, all decoding
     together in one ``llmkit.serve.engine.Engine`` (as a server runs concurrent requests)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -233,7 +238,7 @@ def batched_runs(client, specs: list[SkillConversation], *, batch: int, max_toke
     def run(spec: SkillConversation):
         own = Client.from_model(client.model, client.tokenizer)  # one client per conversation, as a server does
         own.token_stream = engine.stream
-        outcome = run_one(own, spec, max_tokens=max_tokens)
+        outcome = run_one(own, spec, max_tokens=max_tokens, constrain_tools=constrain_tools)
         if progress is not None:
             with lock:
                 done[0] += 1
