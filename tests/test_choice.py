@@ -158,3 +158,21 @@ def test_every_generated_tool_gets_whole_name_choice(folder):
     tokenizer = Tokenizer.load(data_path("models", *folder.split("/"), "tokenizer.json"))
     for spec in make_skills(40, split="unseen_phrasings_and_tools", seed=0, kinds=["tool", "errands"]):
         assert call_openings(tokenizer, spec.definitions) is not None, [t.name for t in spec.tools]
+
+
+def test_the_client_chooses_names_whole_unless_told_per_token(tokenizer):
+    """The client's default and its "per_token" setting agree with the constraint's two ways."""
+    from llmkit.chat.client import Client
+
+    model, prompt = _calling_model(tokenizer, seed=1)  # a model for which the two ways disagree
+    client = Client.from_model(model, tokenizer)
+    messages = [{"role": "user", "content": "How deep is the river?"}]
+    named = []
+    for setting, choose_names in ((True, True), ("per_token", False)):
+        reply = client.messages.create(messages=messages, tools=TOOLS, max_tokens=40, temperature=0,
+                                       constrain_tools=setting)
+        alone = generate(model, prompt, max_new_tokens=40,
+                         constraint=functools.partial(ToolCallConstraint, tokenizer, TOOLS, choose_names=choose_names))
+        named.append(next(b["name"] or b["input"].split('"')[3] for b in reply.content if b["type"] == "tool_use"))
+        assert tokenizer.decode(alone.samples[0].tokens).split('"')[3] == named[-1]
+    assert named[0] != named[1]

@@ -33,8 +33,10 @@ Each call is stateless: the whole conversation is rendered into one row of token
 - **Valid tool calls.** With tools offered, ``constrain_tools=True`` (the default) decodes under
   ``llmkit.chat.constrained.ToolCallConstraint``: inside a tool call only tokens that keep it valid JSON
   for an offered tool's schema can be drawn, so every finished call parses and validates (one cut
-  off by ``max_tokens`` is still cut off). ``constrain_tools=False`` shows what the model writes
-  on its own.
+  off by ``max_tokens`` is still cut off), and the tool's name is chosen whole, by the model's
+  probability of each offered name (``llmkit.generation.choice``). ``constrain_tools="per_token"``
+  masks the name token by token like the rest of the call; ``constrain_tools=False`` shows what the
+  model writes on its own.
 - **Server tools.** A ``Tool`` marked ``server`` (``web_search``) is run by the client itself when
   the model calls it, inside the same request (``llmkit.chat.server_tools``); ``usage`` counts every
   round, since the context is read again after each result. A client tool's call still ends the
@@ -159,7 +161,7 @@ class Messages:
                stop_sequences=None, thinking: dict | None = None, seed: int | None = None,
                temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None, min_p: float = 0.0,
                cache: bool = True, previous_id: str | None = None, context_policy: str = "error",
-               trace: Trace | None = None, constrain_tools: bool = True) -> Iterator[ContentDelta | Message]:
+               trace: Trace | None = None, constrain_tools: bool | str = True) -> Iterator[ContentDelta | Message]:
         """Yield ``ContentDelta`` pieces as the model writes, then the finished ``Message``.
 
         messages: ``{"role": "user" | "assistant", "content": str | [blocks]}``, oldest first.
@@ -173,7 +175,8 @@ class Messages:
         context_policy: "error" (default) or "drop_oldest" when the prompt does not fit.
         trace: an ``llmkit.chat.trace.Trace`` to record what happened.
         constrain_tools: with tools offered, only let the model write tool calls that parse and fit
-            an offered tool's schema (``llmkit.chat.constrained``); False leaves it unconstrained.
+            an offered tool's schema, the tool's name chosen whole (``llmkit.chat.constrained``);
+            "per_token" chooses the name token by token too; False leaves it unconstrained.
 
         The request is checked now, so a mistake raises here, before anything is generated.
         """
@@ -337,15 +340,16 @@ def _thinking_enabled(thinking) -> bool:
     return thinking["type"] == "enabled"
 
 
-def _tool_constraint(tokenizer, tools: list, constrain: bool):
+def _tool_constraint(tokenizer, tools: list, constrain: bool | str):
     """What makes a ``ToolCallConstraint`` per sample for ``generate``, or None (no tools, or off).
     One is built here, so a schema the constraint cannot enforce raises now, with the request."""
-    if not isinstance(constrain, bool):
-        raise TypeError(f"constrain_tools must be True or False, got {constrain!r}")
+    if not isinstance(constrain, bool) and constrain != "per_token":
+        raise TypeError(f"constrain_tools must be True, False or \"per_token\", got {constrain!r}")
     if not constrain or not tools:
         return None
-    ToolCallConstraint(tokenizer, tools)
-    return functools.partial(ToolCallConstraint, tokenizer, tools)
+    whole = constrain is True
+    ToolCallConstraint(tokenizer, tools, choose_names=whole)
+    return functools.partial(ToolCallConstraint, tokenizer, tools, choose_names=whole)
 
 
 def _with_reply(request: _Request, content: list[dict]) -> list[dict]:

@@ -168,9 +168,10 @@ def fractions(rows: list[dict[str, bool | None]]) -> dict[str, float | int]:
 
 
 def run_one(client, spec: SkillConversation, *, max_tokens: int = 96, max_iterations: int = 4,
-            constrain_tools: bool = True):
+            constrain_tools: bool | str = True):
     """Replay one conversation through the harness greedily: (transcript after the prompt, stop reason).
-    ``constrain_tools=False`` turns the client's constrained decoding off (what the model writes alone)."""
+    ``constrain_tools`` is the client's: False turns constrained decoding off (what the model writes
+    alone), "per_token" chooses the tool's name token by token instead of whole."""
     from llmkit.chat.agent import run_agent
     from llmkit.chat.client import ContextWindowError
 
@@ -187,7 +188,7 @@ def run_one(client, spec: SkillConversation, *, max_tokens: int = 96, max_iterat
 
 def evaluate_skills(client, *, per_kind: int = 100, splits=SPLITS[1:], kinds=KINDS, seed: int = 0,
                     max_tokens: int = 96, progress=None, batch: int = 1,
-                    constrain_tools: bool = True) -> dict[str, dict]:
+                    constrain_tools: bool | str = True) -> dict[str, dict]:
     """Per split: the fraction of each score over ``per_kind`` conversations of each kind, and per kind.
 
     ``progress``: an optional callable given the number of conversations done, for a progress bar.
@@ -219,7 +220,7 @@ def evaluate_skills(client, *, per_kind: int = 100, splits=SPLITS[1:], kinds=KIN
 
 
 def batched_runs(client, specs: list[SkillConversation], *, batch: int, max_tokens: int = 96,
-                 progress=None, constrain_tools: bool = True) -> list[tuple[list[dict], str]]:
+                 progress=None, constrain_tools: bool | str = True) -> list[tuple[list[dict], str]]:
     """``run_one`` for every spec, ``batch`` at a time: one thread per conversation, all decoding
     together in one ``llmkit.serve.engine.Engine`` (as a server runs concurrent requests)."""
     from concurrent.futures import ThreadPoolExecutor
