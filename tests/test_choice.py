@@ -176,3 +176,22 @@ def test_the_client_chooses_names_whole_unless_told_per_token(tokenizer):
         named.append(next(b["name"] or b["input"].split('"')[3] for b in reply.content if b["type"] == "tool_use"))
         assert tokenizer.decode(alone.samples[0].tokens).split('"')[3] == named[-1]
     assert named[0] != named[1]
+
+
+def test_an_option_holding_a_banned_token_is_never_chosen():
+    from llmkit.generation.choice import choose_option
+
+    class Recorder:
+        chosen = None
+
+        def choose(self, index):
+            self.chosen = index
+
+    suppressed = torch.zeros(10, dtype=torch.bool)
+    suppressed[3] = True
+    recorder = Recorder()
+    choose_option(recorder, [[1, 3], [2, 4]], torch.tensor([0.0, -5.0]), GREEDY, None, suppressed)
+    assert recorder.chosen == 1  # the likelier option holds token 3
+    nothing = Recorder()
+    choose_option(nothing, [[3]], torch.tensor([0.0]), GREEDY, None, suppressed)
+    assert nothing.chosen is None  # no option may win: the constraint goes on token by token

@@ -78,6 +78,18 @@ def pick_option(scores: torch.Tensor, params: SamplingParams, generator: torch.G
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def choose_option(constraint: ChoiceConstraint, options: Sequence[Sequence[int]], scores: torch.Tensor,
+                  params: SamplingParams, generator: torch.Generator | None,
+                  suppressed: torch.Tensor | None = None) -> None:
+    """Tell ``constraint`` which option won. An option holding a banned (``suppressed``) token may not
+    win; if none may, nothing is chosen and the constraint goes on token by token."""
+    if suppressed is not None:
+        banned = torch.tensor([bool(suppressed[list(option)].any()) for option in options], device=scores.device)
+        scores = scores.masked_fill(banned, float("-inf"))
+    if torch.isfinite(scores).any():
+        constraint.choose(pick_option(scores, params, generator))
+
+
 def score_after(model, context: Sequence[int], options: Sequence[Sequence[int]]) -> torch.Tensor:
     """``option_log_probs`` where no KV cache of ``context`` is at hand (a paged serving engine):
     reads ``context`` once into a fresh cache, then every option on a copy of it per option."""

@@ -36,7 +36,7 @@ from typing import Callable, Collection, Iterable, Iterator, Sequence
 
 import torch
 
-from llmkit.generation.choice import option_log_probs, pick_option
+from llmkit.generation.choice import choose_option, option_log_probs
 from llmkit.generation.prefix_cache import PrefixCache
 from llmkit.generation.request import Request, check_prompt, check_request
 from llmkit.generation.results import Completion, Generation, StopEvent, TokenEvent, Usage
@@ -264,12 +264,7 @@ class _Loop:
                 continue  # an option would not fit in the budget: token by token instead
             scores = option_log_probs(logits[row], options,
                                       lambda fed: self._continue_row(row, fed, cache, sequence, length))
-            if self.suppressed is not None:  # an option holding a banned token may not be chosen
-                for index, option in enumerate(options):
-                    if self.suppressed[list(option)].any():
-                        scores[index] = float("-inf")
-            if torch.isfinite(scores).any():
-                sample.constraint.choose(pick_option(scores, self.params, self.generator))
+            choose_option(sample.constraint, options, scores, self.params, self.generator, self.suppressed)
 
     def _continue_row(self, row: int, fed: torch.Tensor, cache: KVCache | None, sequence: torch.Tensor | None,
                       length: int) -> torch.Tensor:

@@ -32,7 +32,7 @@ from typing import Collection, Iterable, Iterator, Sequence as Seq
 
 import torch
 
-from llmkit.generation.choice import pick_option, score_after
+from llmkit.generation.choice import choose_option, score_after
 from llmkit.generation.request import Request, check_request
 from llmkit.generation.results import StopEvent, TokenEvent
 from llmkit.generation.sampling import SamplingParams, sample_batch
@@ -278,12 +278,7 @@ class Engine:
         if not options or max(len(option) for option in options) > sequence.steps - len(sequence.tokens):
             return
         scores = score_after(self.model, sequence.prompt + sequence.tokens, options)
-        if sequence.suppressed is not None:
-            for index, option in enumerate(options):
-                if sequence.suppressed[list(option)].any():
-                    scores[index] = float("-inf")
-        if torch.isfinite(scores).any():
-            sequence.constraint.choose(pick_option(scores, sequence.params, sequence.generator))
+        choose_option(sequence.constraint, options, scores, sequence.params, sequence.generator, sequence.suppressed)
 
     def _guarded(self, batch: list[Sequence], step) -> None:
         """Run a forward pass; if it fails, the requests in it end with the error, not the server."""
