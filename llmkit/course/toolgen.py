@@ -10,7 +10,7 @@ conversation here offers tools made up on the spot:
   invented word in it (``check_plimbo_level``), so a name can only be copied, never remembered;
   with ``invent_every_word`` (the skill conversations) every word of the name and of the string
   and number parameters' names comes a third of the time from the pools below, a third from
-  3,000 words of the corpus (``tool_vocabulary``) and a third is made up, so that nothing in a
+  9,000 words of the corpus (``tool_vocabulary``) and a third is made up, so that nothing in a
   definition can be remembered instead of read (from 9 pool verbs a model learned to guess one,
   and from 30 domains which words start a name);
 - 0-3 parameters with varied names (``harbor``, ``target_city``, ``include_history``) and types
