@@ -38,11 +38,8 @@ from llmkit.course.values import DAYS, draw, value_split
 SPLITS = ("train", "seen", "unseen_values", "unseen_phrasings_and_tools")
 KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands",
          "which")
-# The training share of each kind (course tools: about a fifth). ``which`` is not in the mix: at 15%
-# it cost the model its tool calls on held-out tools (right tool 0.20 against 0.72 without it, step
-# 700, the client's whole-name choice); it stays a kind that can be asked for by name.
 MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 8, "chitchat": 5, "weather": 6,
-       "letters": 5, "arithmetic": 5, "search": 5}
+       "letters": 5, "arithmetic": 5, "search": 5}  # training shares; no ``which``: it cost held-out calls (recipe README)
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
 SYSTEM_PROMPTS = [None, "You are a helpful assistant.", "You are a helpful assistant. Answer briefly.",
                   "Use a tool when one fits; otherwise answer directly."]
