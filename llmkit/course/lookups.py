@@ -84,9 +84,9 @@ def lookup_name_positions(tokenizer, ids: list[int], messages: list[dict]) -> li
 def lookup_weights(tokenizer, ids: list[int], mask: list[bool], messages: list[dict], weight: float) -> list[float]:
     """The loss mask as weights, ``weight`` on the lookups' name tokens and 1 on every other trained token.
 
-    Those few tokens (about 2% of what the assistant writes) carry the skill that transfers to a
-    learner's own tools; weighting them is how a fine-tune puts more of its gradient there without
-    writing more conversations.
+    Weighting a few tokens is how a fine-tune puts more of its gradient on one step without
+    writing more conversations. Only the ``which`` kind writes such names now (a call's thinking
+    does not), and 5x on them did not help when every call had one (recipe README).
     """
     if weight <= 0:
         raise ValueError(f"lookup weight must be positive, got {weight!r}")
