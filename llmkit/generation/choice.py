@@ -90,6 +90,16 @@ def choose_option(constraint: ChoiceConstraint, options: Sequence[Sequence[int]]
         constraint.choose(pick_option(scores, params, generator))
 
 
+def repeat_row(model, cache, row: int, n: int, max_length: int | None = None):
+    """A new cache of ``n`` rows, each a copy of ``cache``'s row ``row`` (its filled positions):
+    options (or samples) that share one context read it once."""
+    wide = model.new_cache(n, max_length=max_length or cache.max_length, dtype=cache.key_table.dtype)
+    wide.key_table[:, :, :, :cache.length] = cache.key_table[:, row:row + 1, :, :cache.length]
+    wide.value_table[:, :, :, :cache.length] = cache.value_table[:, row:row + 1, :, :cache.length]
+    wide.length = cache.length
+    return wide
+
+
 def score_after(model, context: Sequence[int], options: Sequence[Sequence[int]]) -> torch.Tensor:
     """``option_log_probs`` where no KV cache of ``context`` is at hand (a paged serving engine):
     reads ``context`` once into a fresh cache, then every option on a copy of it per option."""
@@ -99,10 +109,6 @@ def score_after(model, context: Sequence[int], options: Sequence[Sequence[int]])
         next_logits = model(torch.tensor([list(context)], device=model.device), cache=cache, last_only=True)[0, -1]
 
         def continue_with(fed: torch.Tensor) -> torch.Tensor:
-            copy = model.new_cache(fed.size(0), max_length=cache.max_length, dtype=cache.key_table.dtype)
-            copy.key_table[:, :, :, :len(context)] = cache.key_table[:, :, :, :len(context)]
-            copy.value_table[:, :, :, :len(context)] = cache.value_table[:, :, :, :len(context)]
-            copy.length = len(context)
-            return model(fed, cache=copy)
+            return model(fed, cache=repeat_row(model, cache, 0, fed.size(0)))
 
         return option_log_probs(next_logits, options, continue_with)

@@ -36,7 +36,7 @@ from typing import Callable, Collection, Iterable, Iterator, Sequence
 
 import torch
 
-from llmkit.generation.choice import choose_option, option_log_probs
+from llmkit.generation.choice import choose_option, option_log_probs, repeat_row
 from llmkit.generation.prefix_cache import PrefixCache
 from llmkit.generation.request import Request, check_prompt, check_request
 from llmkit.generation.results import Completion, Generation, StopEvent, TokenEvent, Usage
@@ -273,11 +273,7 @@ class _Loop:
         if cache is None:
             context = sequence[row:row + 1, :length].expand(fed.size(0), -1)
             return self.model(torch.cat([context, fed], dim=1))[:, length:]
-        copy = self.model.new_cache(fed.size(0), max_length=length + fed.size(1), dtype=cache.keys[0].dtype)
-        copy.key_table[:, :, :, :length] = cache.key_table[:, row:row + 1, :, :length]
-        copy.value_table[:, :, :, :length] = cache.value_table[:, row:row + 1, :, :length]
-        copy.length = length
-        return self.runner(fed, cache=copy)
+        return self.runner(fed, cache=repeat_row(self.model, cache, row, fed.size(0), length + fed.size(1)))
 
     def _rule_out(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits with suppressed tokens, and tokens a sample's constraint forbids, at -inf."""
@@ -335,8 +331,4 @@ class _Loop:
 
 def _repeat_rows(model: Transformer, cache: KVCache, n: int) -> KVCache:
     """A cache with n rows, each a copy of the one-row ``cache``: n samples share one prefill."""
-    wide = model.new_cache(n, max_length=cache.max_length, dtype=cache.keys[0].dtype)
-    for source, target in zip(cache.keys + cache.values, wide.keys + wide.values):
-        target[:, :, :cache.length] = source[:, :, :cache.length]
-    wide.length = cache.length
-    return wide
+    return repeat_row(model, cache, 0, n)
