@@ -29,7 +29,7 @@ def _pieces(p):
     for table in (p.before, p.after):
         for items in table.values():
             out |= {s.lower() for s in items}
-    return out | {s.lower() for s in p.openers + p.polite + p.closers + p.arg_styles}
+    return out | {s.lower() for s in p.openers + p.polite + p.closers + p.arg_styles + p.chatter}
 
 
 def test_no_piece_is_shared_between_train_and_heldout():
@@ -59,6 +59,18 @@ def test_heldout_forms_hold_no_three_word_run_of_a_training_form(seed, intent):
 def test_noise_never_touches_a_value(seed, city):
     text = phrase(random.Random(seed), "weather", {"city": city, "day": "tomorrow"}, "train")
     assert city in text and "tomorrow" in text
+
+
+@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_chatter_talks_around_the_request_with_the_words_it_is_given(split):
+    rng = random.Random(3)
+    texts = [fill(template(rng, "weather", split, chatter=lambda: "plimbo"), {"city": "Oslo", "day": "today"})
+             for _ in range(400)]
+    with_talk = [t for t in texts if "plimbo" in t.lower()]
+    assert 0.2 < len(with_talk) / len(texts) < 0.5  # CHATTER_RATE, 0.35
+    assert all("Oslo" in t and "today" in t and "{" not in t for t in texts)
+    frames = {f.split("{")[0].lower() for f in (TRAIN if split == "train" else HELDOUT).chatter}
+    assert all(any(frame in t.lower() for frame in frames) for t in with_talk)
 
 
 def test_fill_refuses_a_missing_value():

@@ -12,6 +12,11 @@ Held out by construction: ``HELDOUT`` is a second set of openers, forms and cont
 separately from ``TRAIN``, never used in training, so an evaluation on it asks whether the model
 understood the request rather than recognised the sentence.
 
+*Chatter* (opt-in) is talk around the request whose nouns are as new as a tool's words ("My
+plimbo broke again."): trained only on requests whose sole unfamiliar words are the ones to copy,
+a model learns "copy the new word" instead of reading where the request puts it, and a held-out
+phrasing full of unfamiliar talk breaks it.
+
 Noise never touches a value: a template is varied while its ``{slots}`` are still placeholders
 and only then filled, so the city or word the tool call must copy is exactly what the user wrote.
 """
@@ -19,18 +24,20 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN, Pieces
 
 __all__ = ["GRAMMARS", "HELDOUT", "TRAIN", "Pieces", "grammar", "phrase", "template", "count_forms",
-           "fill", "INTENTS", "CHITCHAT", "phrasing_split", "fragments", "vary", "typo"]
+           "fill", "INTENTS", "CHITCHAT", "CHATTER_RATE", "phrasing_split", "fragments", "vary", "typo"]
 
 INTENTS = ("weather", "letters", "arithmetic", "search", "tool", "tool_bare", "memory_intro", "memory_question",
            "greet", "thanks", "abilities", "author", "multi", "which_tools")
 CHITCHAT = ("greet", "thanks", "abilities", "author")  # no tool needed, whatever is offered
 PHRASING_SPLITS = ("train", "heldout")
 TYPO_RATE = 0.05
+CHATTER_RATE = 0.35
 SLOT = re.compile(r"\{[a-z_]+\}")
 
 
@@ -45,6 +52,7 @@ class Grammar:
     openers: tuple[str, ...]
     polite: tuple[str, ...]
     closers: tuple[str, ...]
+    chatter: tuple[str, ...] = ()
 
 
 def phrasing_split(split: str) -> str:
@@ -63,18 +71,20 @@ def grammar(intent: str, split: str = "train") -> Grammar:
     pieces: Pieces = TRAIN if phrasing_split(split) == "train" else HELDOUT
     return Grammar(intent, tuple(pieces.forms[intent]), tuple(pieces.before.get(intent, ())),
                    tuple(pieces.after.get(intent, ())), tuple(pieces.openers), tuple(pieces.polite),
-                   tuple(pieces.closers))
+                   tuple(pieces.closers), tuple(pieces.chatter))
 
 
 GRAMMARS = {(intent, split): grammar(intent, split) for intent in INTENTS for split in PHRASING_SPLITS}
 
 
-def template(rng: random.Random, intent: str, split: str = "train", *, noise: bool = True) -> str:
+def template(rng: random.Random, intent: str, split: str = "train", *, noise: bool = True,
+             chatter: Callable[[], str] | None = None) -> str:
     """One surface form of ``intent`` with its ``{slots}`` still unfilled.
 
     A form is always there; everything else is optional. A request in two sentences comes from
     context before or after it. ``noise`` varies casing and end punctuation and adds a typo now
-    and then, outside the slots.
+    and then, outside the slots. ``chatter``, a function that returns a word, adds a sentence of
+    talk before or after the request now and then, its nouns drawn from that function.
     """
     g = GRAMMARS[(intent, phrasing_split(split))]
     form = rng.choice(g.forms)
@@ -90,6 +100,10 @@ def template(rng: random.Random, intent: str, split: str = "train", *, noise: bo
         parts.append(rng.choice(g.after))
     if rng.random() < 0.2:
         parts.append(rng.choice(g.closers))
+    if chatter and g.chatter and rng.random() < CHATTER_RATE:
+        talk = re.sub(r"\{thing\}", lambda _: " ".join(chatter() for _ in range(rng.choice((1, 1, 2)))),
+                      rng.choice(g.chatter))
+        parts.insert(rng.choice((parts.index(form), len(parts))), talk)
     text = " ".join(parts)
     return vary(rng, text) if noise else text
 

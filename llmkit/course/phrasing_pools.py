@@ -23,6 +23,7 @@ class Pieces:
     closers: list[str]
     arg_styles: list[str] = field(default_factory=list)  # how one argument is said: {words}, {value}
     arg_joiners: list[str] = field(default_factory=list)
+    chatter: list[str] = field(default_factory=list)  # talk around a request; each {thing} gets a tool-like word
 
 
 TRAIN = Pieces(
@@ -60,12 +61,21 @@ TRAIN = Pieces(
             "I need the {subject}, {args}.", "Can you find the {subject}? {args}.", "{args}. What is the {subject}?",
             "Check the {subject} for {args}.", "Fetch the {subject} using {args}.", "Tell me the {subject} ({args}).",
             "Please get the {subject} where {args}.", "Find out the {subject}. Details: {args}.",
-            "What {subject} do we get for {args}?",
+            "What {subject} do we get for {args}?", "Hand over the {subject} for {args}.", "Find the {subject} with {args}.",
+            "Read me the {subject} for {args}.", "Report the {subject}: {args}.", "I'd like the {subject} for {args}.",
+            "Could you get the {subject}? {args}.", "Work out the {subject} from {args}.", "Query the {subject} for {args}.",
+            "Do you know the {subject} for {args}?", "Let me know the {subject} when {args}.",
+            "Any idea what the {subject} is for {args}?", "I want to know the {subject}, {args}.",
+            "Send me the {subject} - {args}.", "With {args}, what is the {subject}?", "For {args}, find the {subject}.",
+            "Return the {subject} for {args}.", "The {subject} for {args}, please.", "{subject} for {args}?",
+            "How about the {subject} with {args}?", "{args} - what's the {subject}?",
         ],
         "tool_bare": [
             "What's the {subject}?", "Get me the {subject}.", "Tell me the current {subject}.",
             "Look up the {subject}.", "Can you check the {subject}?", "I need the {subject}.",
-            "What is the {subject} right now?", "Fetch the {subject}.",
+            "What is the {subject} right now?", "Fetch the {subject}.", "Hand over the {subject}.", "Find the {subject}.",
+            "Read me the {subject}.", "Report the {subject}.", "I'd like the {subject}.", "Do you know the {subject}?",
+            "The {subject}, please.", "{subject}?", "Any idea what the {subject} is?", "Query the {subject}.",
         ],
         "memory_intro": [
             "My name is {name}.", "Hi, I'm {name}.", "Hello! Call me {name}.", "I'm called {name}.",
@@ -124,6 +134,13 @@ TRAIN = Pieces(
     arg_styles=["{words} {value}", "{words}: {value}", "{words} = {value}", "the {words} is {value}",
                 "{words} set to {value}"],
     arg_joiners=[", ", " and ", "; "],
+    chatter=["My {thing} broke again.", "The {thing} meeting ran late.", "We're out of {thing}.",
+             "Someone mentioned {thing} earlier.", "I was just reading about {thing}.", "Our {thing} team needs this.",
+             "It's for the {thing} project.", "Busy week with the {thing}.", "The {thing} and the {thing} are both ready.",
+             "I left my {thing} at home.", "Ignore the {thing} for now.", "Not about {thing}, by the way.",
+             "My boss loves {thing}.", "Sorry, the {thing} distracted me.", "Back from the {thing} fair.",
+             "Writing a note on {thing} and {thing}.", "This {thing} business is confusing.",
+             "After that I'll check on {thing}.", "We talked about {thing} all morning.", "The {thing} can wait."],
 )
 
 HELDOUT = Pieces(
@@ -194,4 +211,7 @@ HELDOUT = Pieces(
     arg_styles=["{value} as the {words}", "{words} -> {value}", "using {value} for the {words}",
                 "{words} being {value}"],
     arg_joiners=[" plus ", " & ", " / "],
+    chatter=["Yesterday the {thing} flooded.", "Between us, {thing} bores me.", "Scribbling about {thing} in a notebook.",
+             "Our neighbour sells {thing}.", "Forget the {thing} and the {thing}.", "Heard a podcast on {thing}.",
+             "Stuck behind a {thing} truck.", "Grandma knits {thing} covers."],
 )

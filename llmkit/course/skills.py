@@ -31,7 +31,7 @@ from llmkit.chat.tools import Tool, run_tool_call
 from llmkit.course.lookups import call_note, lookup_note, lookup_weights
 from llmkit.course.phrasing import fill, phrasing_split, template
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
-from llmkit.course.toolgen import GenTool, draw_arguments, make_tool, say_arguments
+from llmkit.course.toolgen import GenTool, chatter_word, draw_arguments, make_tool, say_arguments
 from llmkit.course.tools import calculator, count_letters, get_weather, web_search
 from llmkit.course.values import DAYS, draw, value_split
 
@@ -127,7 +127,7 @@ class _Builder:
         self.calls = 0
 
     def say(self, intent: str, **values) -> str:
-        return fill(template(self.rng, intent, self.split), values)
+        return fill(template(self.rng, intent, self.split, chatter=lambda: chatter_word(self.rng, self.tool_split)), values)
 
     def thinking(self, text: str, *, always: bool = False) -> list[dict]:
         """A thinking block half the time, or ``always`` (the draw is made either way, so the random

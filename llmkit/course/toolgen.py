@@ -168,6 +168,12 @@ def _skill_word(rng: random.Random, pool: list[str], split: str) -> str:
     return _word(rng, pool, split, 1.0, unlike_pools=True)
 
 
+def chatter_word(rng: random.Random, split: str) -> str:
+    """A noun for talk around a request, drawn as a skill tool's domain word is (pool, corpus or
+    made up), so that an unfamiliar word in a request is no sign that it is the one to copy."""
+    return _skill_word(rng, TOOL_WORDS[check_tool_split(split)]["domains"], split)
+
+
 def make_param(rng: random.Random, split: str, taken: set[str], invent_every_word: bool = False) -> Param:
     """One parameter of a random type whose name is not in ``taken``; with ``invent_every_word`` a
     string or number parameter's name is drawn like a skill tool's words (``_skill_word``)."""
