@@ -93,10 +93,7 @@ for forms in TRAIN.forms.values():
             TRAIN_FORM_TRIGRAMS |= _trigrams(run)
 
 
-@settings(max_examples=120, deadline=None)
-@given(seed=st.integers(0, 10**9), kind=st.sampled_from(KINDS))
-def test_unseen_split_shares_no_template_tool_word_parameter_or_description(seed, kind):
-    c = make_skill(kind, "unseen_phrasings_and_tools", seed)
+def _assert_heldout_tools(c):
     train_words = pool_words("train")
     for t in c.tools:
         if t.name in COURSE_TOOLS:  # the course's own tools are the same in every split
@@ -108,10 +105,45 @@ def test_unseen_split_shares_no_template_tool_word_parameter_or_description(seed
         for wording in TOOL_WORDS["train"]["descriptions"]:
             for run in re.split(r"\{[a-z_]+\}", wording):
                 assert not _trigrams(run) & _trigrams(t.description), (wording, t.description)
+
+
+def _assert_training_tools(c):
+    for t in c.tools:
+        if t.name not in COURSE_TOOLS:
+            assert set(t.name.split("_")) & pool_words("train") or all(value_split(w) == "train" for w in t.name.split("_"))
+
+
+def _assert_values(c, wanted):
+    for value in _typed_values(c):
+        assert value_split(value) == wanted, (c.split, value)
+
+
+@settings(max_examples=120, deadline=None)
+@given(seed=st.integers(0, 10**9), kind=st.sampled_from(KINDS))
+def test_unseen_split_shares_no_template_tool_word_parameter_or_description(seed, kind):
+    c = make_skill(kind, "unseen_phrasings_and_tools", seed)
+    _assert_heldout_tools(c)
     for text in _user_texts(c):
         assert not _trigrams(text) & TRAIN_FORM_TRIGRAMS, text
-    for value in _typed_values(c):
-        assert value_split(value) == "heldout", value
+    _assert_values(c, "heldout")
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**9), kind=st.sampled_from(KINDS))
+def test_the_one_factor_splits_hold_out_their_factor_and_keep_the_other(seed, kind):
+    phrasings, tools = make_skill(kind, "unseen_phrasings", seed), make_skill(kind, "unseen_tools", seed)
+    _assert_training_tools(phrasings)
+    _assert_heldout_tools(tools)
+    for text in _user_texts(phrasings):
+        assert not _trigrams(text) & TRAIN_FORM_TRIGRAMS, text
+    _assert_values(phrasings, "heldout")
+    _assert_values(tools, "heldout")
+
+
+def test_unseen_tools_keeps_the_training_phrasings():
+    texts = [t for c in make_skills(60, split="unseen_tools", seed=2, kinds=["weather", "letters", "tool"])
+             for t in _user_texts(c)]
+    assert sum(bool(_trigrams(t) & TRAIN_FORM_TRIGRAMS) for t in texts) > len(texts) / 3
 
 
 @settings(max_examples=120, deadline=None)
@@ -119,12 +151,8 @@ def test_unseen_split_shares_no_template_tool_word_parameter_or_description(seed
 def test_seen_uses_training_values_and_unseen_values_uses_heldout_ones(seed, kind):
     for split, wanted in (("seen", "train"), ("unseen_values", "heldout")):
         c = make_skill(kind, split, seed)
-        for value in _typed_values(c):
-            assert value_split(value) == wanted, (split, value)
-        for t in c.tools:
-            if t.name not in COURSE_TOOLS:
-                assert set(t.name.split("_")) & pool_words("train") or all(
-                    value_split(w) == "train" for w in t.name.split("_"))
+        _assert_values(c, wanted)
+        _assert_training_tools(c)
 
 
 def test_unknown_split_and_kind_are_refused():

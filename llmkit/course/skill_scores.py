@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments
 from llmkit.chat.template import render
 from llmkit.course.lookups import token_positions
-from llmkit.course.skills import KINDS, SPLITS, SkillConversation, make_skills, value_at
+from llmkit.course.skills import EVAL_SPLITS, KINDS, SkillConversation, make_skills, value_at
 
 SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory",
           "tools_named")
@@ -186,7 +186,7 @@ def run_one(client, spec: SkillConversation, *, max_tokens: int = 96, max_iterat
     return result.transcript[len(prompt):], result.final.stop_reason if answered else result.stop_reason
 
 
-def evaluate_skills(client, *, per_kind: int = 100, splits=SPLITS[1:], kinds=KINDS, seed: int = 0,
+def evaluate_skills(client, *, per_kind: int = 100, splits=EVAL_SPLITS, kinds=KINDS, seed: int = 0,
                     max_tokens: int = 96, progress=None, batch: int = 1,
                     constrain_tools: bool | str = True) -> dict[str, dict]:
     """Per split: the fraction of each score over ``per_kind`` conversations of each kind, and per kind.

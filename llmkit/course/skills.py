@@ -13,9 +13,9 @@ the values from large pools and invented ones (``llmkit.course.values``). The ki
 - errands:    one list of 3-4 generated tools, then 2-3 requests in turn, each for a different tool:
               the same context asks for different names, so only reading the list gets them right
 
-Splits (``SPLITS``): ``train`` and ``seen`` (training phrasings, tool pools and values; different
-seeds), ``unseen_values`` (training phrasings and tools, held-out values) and
-``unseen_phrasings_and_tools`` (held-out phrasings, tool pools and values). A conversation is the
+Splits (``SPLIT_SOURCES``): ``train``, ``seen`` (other seeds), ``unseen_values``, ``unseen_phrasings_and_tools``
+(all three held out; the evals report the last three, ``EVAL_SPLITS``), and ``unseen_phrasings`` and
+``unseen_tools``, which hold out one factor (and values) each, to tell which one a model fails on. A conversation is the
 message/tools structure ``llmkit.chat.template.render`` reads, so fine-tuning consumes it as is,
 and every reply ends its turn.
 """
@@ -29,15 +29,17 @@ from typing import Callable
 from llmkit.chat.template import Rendered, render
 from llmkit.chat.tools import Tool, run_tool_call
 from llmkit.course.lookups import call_note, lookup_note, lookup_weights
-from llmkit.course.phrasing import fill, phrasing_split, template
+from llmkit.course.phrasing import fill, template
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
 from llmkit.course.toolgen import GenTool, chatter_word, draw_arguments, make_tool, say_arguments
 from llmkit.course.tools import calculator, count_letters, get_weather, web_search
 from llmkit.course.values import DAYS, draw, value_split
 
-SPLITS = ("train", "seen", "unseen_values", "unseen_phrasings_and_tools")
-KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands",
-         "which")
+SPLIT_SOURCES = {"train": ("train", "train", "train"), "seen": ("train", "train", "train"),  # (phrasings, tools, values)
+    "unseen_values": ("train", "train", "heldout"), "unseen_phrasings_and_tools": ("heldout", "heldout", "heldout"),
+    "unseen_phrasings": ("heldout", "train", "heldout"), "unseen_tools": ("train", "heldout", "heldout")}
+SPLITS, EVAL_SPLITS = tuple(SPLIT_SOURCES), ("seen", "unseen_values", "unseen_phrasings_and_tools")
+KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands", "which")
 MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 8, "chitchat": 5, "weather": 6,
        "letters": 5, "arithmetic": 5, "search": 5}  # training shares; no ``which``: it cost held-out calls (recipe README)
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
@@ -107,9 +109,7 @@ def splits_of(split: str) -> tuple[str, str, str]:
     """(phrasings, tool pools, values) a conversation split draws from, each "train" or "heldout"."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    tools = "heldout" if split == "unseen_phrasings_and_tools" else "train"
-    values = "train" if split in ("train", "seen") else "heldout"
-    return phrasing_split(split), tools, values
+    return SPLIT_SOURCES[split]
 
 
 def _subject_of(name: str) -> str:
@@ -127,7 +127,7 @@ class _Builder:
         self.calls = 0
 
     def say(self, intent: str, **values) -> str:
-        return fill(template(self.rng, intent, self.split, chatter=lambda: chatter_word(self.rng, self.tool_split)), values)
+        return fill(template(self.rng, intent, self.phrasing, chatter=lambda: chatter_word(self.rng, self.tool_split)), values)
 
     def thinking(self, text: str, *, always: bool = False) -> list[dict]:
         """A thinking block half the time, or ``always`` (the draw is made either way, so the random
@@ -303,7 +303,7 @@ def _multi(b: _Builder) -> SkillConversation:
     second = _any_request(b)
     while second.tool.name == first.tool.name:
         second = _any_request(b)
-    text = fill(template(b.rng, "multi", b.split, noise=False), {"first": first.text, "second": second.text})
+    text = fill(template(b.rng, "multi", b.phrasing, noise=False), {"first": first.text, "second": second.text})
     offered = b.offer([first.tool, second.tool], most=5)
     messages, expected = _answer_requests(b, [first, second], text, offered)
     return SkillConversation("multi", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)
