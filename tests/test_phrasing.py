@@ -24,7 +24,7 @@ def test_each_intent_has_many_heldout_forms(intent):
 
 def _pieces(p):
     out = set()
-    for forms in p.forms.values():
+    for forms in [*p.forms.values(), *p.later_forms.values()]:
         out |= {f.lower() for f in forms}
     for table in (p.before, p.after):
         for items in table.values():
@@ -44,7 +44,8 @@ def _trigrams(text: str) -> set[tuple[str, ...]]:
     return found
 
 
-TRAIN_TRIGRAMS = set().union(*(_trigrams(f) for forms in TRAIN.forms.values() for f in forms))
+TRAIN_TRIGRAMS = set().union(*(_trigrams(f) for table in (TRAIN.forms, TRAIN.later_forms) for forms in table.values()
+                                for f in forms))
 
 
 @settings(max_examples=200, deadline=None)

@@ -87,7 +87,7 @@ def _trigrams(text):
 
 
 TRAIN_FORM_TRIGRAMS = set()
-for forms in TRAIN.forms.values():
+for forms in [*TRAIN.forms.values(), *TRAIN.later_forms.values()]:
     for form in forms:
         for run in re.split(r"\{[a-z_]+\}", form):
             TRAIN_FORM_TRIGRAMS |= _trigrams(run)

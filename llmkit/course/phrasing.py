@@ -53,6 +53,7 @@ class Grammar:
     polite: tuple[str, ...]
     closers: tuple[str, ...]
     chatter: tuple[str, ...] = ()
+    later_forms: tuple[str, ...] = ()
 
 
 def phrasing_split(split: str) -> str:
@@ -71,23 +72,24 @@ def grammar(intent: str, split: str = "train") -> Grammar:
     pieces: Pieces = TRAIN if phrasing_split(split) == "train" else HELDOUT
     return Grammar(intent, tuple(pieces.forms[intent]), tuple(pieces.before.get(intent, ())),
                    tuple(pieces.after.get(intent, ())), tuple(pieces.openers), tuple(pieces.polite),
-                   tuple(pieces.closers), tuple(pieces.chatter))
+                   tuple(pieces.closers), tuple(pieces.chatter), tuple(pieces.later_forms.get(intent, ())))
 
 
 GRAMMARS = {(intent, split): grammar(intent, split) for intent in INTENTS for split in PHRASING_SPLITS}
 
 
 def template(rng: random.Random, intent: str, split: str = "train", *, noise: bool = True,
-             chatter: Callable[[], str] | None = None) -> str:
+             chatter: Callable[[], str] | None = None, later_forms: bool = False) -> str:
     """One surface form of ``intent`` with its ``{slots}`` still unfilled.
 
     A form is always there; everything else is optional. A request in two sentences comes from
     context before or after it. ``noise`` varies casing and end punctuation and adds a typo now
     and then, outside the slots. ``chatter``, a function that returns a word, adds a sentence of
     talk before or after the request now and then, its nouns drawn from that function.
+    ``later_forms`` adds the forms written after the recipe's corpus was built.
     """
     g = GRAMMARS[(intent, phrasing_split(split))]
-    form = rng.choice(g.forms)
+    form = rng.choice(g.forms + g.later_forms if later_forms else g.forms)
     parts = []
     if rng.random() < 0.35:
         parts.append(rng.choice(g.openers))

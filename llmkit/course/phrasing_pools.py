@@ -1,6 +1,8 @@
 """The pieces the phrasing grammars compose: one set for training, a second written separately.
 
-``TRAIN`` and ``HELDOUT`` share no piece (tests/test_phrasing.py proves it, and that no three-word
+``later_forms`` were added after the recipe's pretraining corpus was built: the skill conversations
+use them, the corpus's plain-text dialogues do not, so the corpus a fresh checkout remakes is the
+text the shipped base was trained on. ``TRAIN`` and ``HELDOUT`` share no piece (tests/test_phrasing.py proves it, and that no three-word
 run of a training form occurs in a held-out sentence). Slots: ``{city}``, ``{day}``, ``{word}``,
 ``{letter}``, ``{expression}``, ``{topic}``, ``{subject}``, ``{args}``, ``{name}``, ``{play}``,
 ``{first}``/``{second}`` (two whole requests, for the multi-intent form), ``{subjects}`` (several
@@ -24,6 +26,7 @@ class Pieces:
     arg_styles: list[str] = field(default_factory=list)  # how one argument is said: {words}, {value}
     arg_joiners: list[str] = field(default_factory=list)
     chatter: list[str] = field(default_factory=list)  # talk around a request; each {thing} gets a tool-like word
+    later_forms: dict[str, list[str]] = field(default_factory=dict)  # forms the recipe's corpus was built without
 
 
 TRAIN = Pieces(
@@ -61,21 +64,12 @@ TRAIN = Pieces(
             "I need the {subject}, {args}.", "Can you find the {subject}? {args}.", "{args}. What is the {subject}?",
             "Check the {subject} for {args}.", "Fetch the {subject} using {args}.", "Tell me the {subject} ({args}).",
             "Please get the {subject} where {args}.", "Find out the {subject}. Details: {args}.",
-            "What {subject} do we get for {args}?", "Hand over the {subject} for {args}.", "Find the {subject} with {args}.",
-            "Read me the {subject} for {args}.", "Report the {subject}: {args}.", "I'd like the {subject} for {args}.",
-            "Could you get the {subject}? {args}.", "Work out the {subject} from {args}.", "Query the {subject} for {args}.",
-            "Do you know the {subject} for {args}?", "Let me know the {subject} when {args}.",
-            "Any idea what the {subject} is for {args}?", "I want to know the {subject}, {args}.",
-            "Send me the {subject} - {args}.", "With {args}, what is the {subject}?", "For {args}, find the {subject}.",
-            "Return the {subject} for {args}.", "The {subject} for {args}, please.", "{subject} for {args}?",
-            "How about the {subject} with {args}?", "{args} - what's the {subject}?",
+            "What {subject} do we get for {args}?",
         ],
         "tool_bare": [
             "What's the {subject}?", "Get me the {subject}.", "Tell me the current {subject}.",
             "Look up the {subject}.", "Can you check the {subject}?", "I need the {subject}.",
-            "What is the {subject} right now?", "Fetch the {subject}.", "Hand over the {subject}.", "Find the {subject}.",
-            "Read me the {subject}.", "Report the {subject}.", "I'd like the {subject}.", "Do you know the {subject}?",
-            "The {subject}, please.", "{subject}?", "Any idea what the {subject} is?", "Query the {subject}.",
+            "What is the {subject} right now?", "Fetch the {subject}.",
         ],
         "memory_intro": [
             "My name is {name}.", "Hi, I'm {name}.", "Hello! Call me {name}.", "I'm called {name}.",
@@ -141,6 +135,23 @@ TRAIN = Pieces(
              "My boss loves {thing}.", "Sorry, the {thing} distracted me.", "Back from the {thing} fair.",
              "Writing a note on {thing} and {thing}.", "This {thing} business is confusing.",
              "After that I'll check on {thing}.", "We talked about {thing} all morning.", "The {thing} can wait."],
+    later_forms={
+        "tool": [
+            "Hand over the {subject} for {args}.", "Find the {subject} with {args}.", "Read me the {subject} for {args}.",
+            "Report the {subject}: {args}.", "I'd like the {subject} for {args}.", "Could you get the {subject}? {args}.",
+            "Work out the {subject} from {args}.", "Query the {subject} for {args}.",
+            "Do you know the {subject} for {args}?", "Let me know the {subject} when {args}.",
+            "Any idea what the {subject} is for {args}?", "I want to know the {subject}, {args}.",
+            "Send me the {subject} - {args}.", "With {args}, what is the {subject}?", "For {args}, find the {subject}.",
+            "Return the {subject} for {args}.", "The {subject} for {args}, please.", "{subject} for {args}?",
+            "How about the {subject} with {args}?", "{args} - what's the {subject}?",
+        ],
+        "tool_bare": [
+            "Hand over the {subject}.", "Find the {subject}.", "Read me the {subject}.", "Report the {subject}.",
+            "I'd like the {subject}.", "Do you know the {subject}?", "The {subject}, please.", "{subject}?",
+            "Any idea what the {subject} is?", "Query the {subject}.",
+        ],
+    },
 )
 
 HELDOUT = Pieces(

@@ -121,17 +121,17 @@ class _Builder:
     """The state one conversation is built with: its random stream and its three splits."""
 
     def __init__(self, rng: random.Random, split: str, invent_every_word: bool = True):
-        self.rng, self.split, self.invent_every_word = rng, split, invent_every_word
+        self.rng, self.split, self.invent_every_word, self.calls = rng, split, invent_every_word, 0
         self.phrasing, self.tool_split, self.value_split = splits_of(split)
         self.pieces = TRAIN if self.phrasing == "train" else HELDOUT
-        self.calls = 0
 
     def say(self, intent: str, **values) -> str:
-        return fill(template(self.rng, intent, self.phrasing, chatter=lambda: chatter_word(self.rng, self.tool_split)), values)
+        skill = self.invent_every_word  # False: the corpus's dialogues, whose text must stay what the base learned
+        return fill(template(self.rng, intent, self.phrasing, later_forms=skill,
+                             chatter=(lambda: chatter_word(self.rng, self.tool_split)) if skill else None), values)
 
     def thinking(self, text: str, *, always: bool = False) -> list[dict]:
-        """A thinking block half the time, or ``always`` (the draw is made either way, so the random
-        stream, and every conversation after this one, stays what it was)."""
+        """A thinking block half the time, or ``always`` (drawn either way, so later draws do not shift)."""
         drawn = self.rng.random() < 0.5
         return [{"type": "thinking", "thinking": text}] if drawn or always else []
 
