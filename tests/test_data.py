@@ -112,6 +112,24 @@ def test_repeated_spans_say_each_span_twice_and_count_only_the_copyable_tokens()
     assert 0.3 < counted < 0.5  # the second sayings, less their first token
 
 
+def test_word_spans_put_the_separator_after_words_of_one_to_three_ids():
+    from llmkit.training.data import repeated_spans
+
+    batch = repeated_spans(4, 96, 50, seed=3, step=2, span_lengths=(12, 12), word_separator=77)
+    plain = repeated_spans(4, 96, 50, seed=3, step=2, span_lengths=(12, 12))
+    assert torch.equal(batch.mask, plain.mask)  # the same positions count: only the ids differ
+    for inputs, targets in zip(batch.inputs, batch.targets):
+        row = torch.cat([inputs[:1], targets]).tolist()
+        span = row[:12]
+        words = " ".join(map(str, span)).split(" 77")[:-1]  # the last word may be cut by the span's end
+        assert row[12:24] == span and 77 in span and all(1 <= len(w.split()) <= 3 for w in words)
+    after_space = [t for t in range(95) if batch.inputs[0, t] == 77 and batch.mask[0, t]]
+    assert after_space  # counted targets after a space: copying them needs the id before the space
+    half = repeated_spans(40, 96, 50, seed=3, step=2, span_lengths=(12, 12), word_separator=77, word_share=0.5)
+    share = (half.inputs == 77).float().mean().item() / (batch.inputs == 77).float().mean().item()
+    assert 0.3 < share < 0.7
+
+
 def test_repeated_spans_are_a_function_of_seed_and_step():
     from llmkit.training.data import repeated_spans
 

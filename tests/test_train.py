@@ -300,6 +300,18 @@ def test_short_copy_rows_train_and_resume_exactly(corpus, tmp_path):
         tiny_config(corpus, tmp_path / "bad", copy_rows=2, copy_row_length=5)  # 5 does not divide 16
 
 
+def test_copy_word_share_changes_the_copy_rows_and_logs_copying_across_spaces(corpus, tmp_path):
+    changes = dict(copy_rows=2, max_steps=2, eval_every=2, checkpoint_every=2)
+    train(tiny_config(corpus, tmp_path / "tokens", **changes), progress=False)
+    train(tiny_config(corpus, tmp_path / "words", copy_word_share=1.0, **changes), progress=False)
+    tokens, words = weights(tmp_path / "tokens" / "model"), weights(tmp_path / "words" / "model")
+    assert any(not torch.equal(tokens[name], words[name]) for name in tokens)
+    evals = [r for r in read_log(tmp_path / "words" / "train_log.jsonl") if r["kind"] == "eval"]
+    assert all(0.0 <= r["copy_words_accuracy"] <= 1.0 for r in evals)
+    with pytest.raises(ValueError, match="copy_word_share"):
+        tiny_config(corpus, tmp_path / "bad", copy_rows=2, copy_word_share=1.5)
+
+
 def test_copy_rows_cannot_exceed_the_batch():
     with pytest.raises(ValueError, match="copy_rows"):
         TrainConfig(model=TINY_MODEL, batch_size=4, copy_rows=5)

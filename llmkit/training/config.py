@@ -147,6 +147,8 @@ class TrainConfig(RunConfig):
     copy_rows: int = 0  # rows per batch of random spans said twice (``data.repeated_spans``): they build copying
     copy_row_length: int | None = None  # cut copy rows into rows this long (None: the window): fewer
     # earlier positions to search, so the copying circuit forms sooner; the tokens per step stay the same
+    copy_word_share: float = 0.0  # the share of copy spans made of words (random ids, a space after each):
+    # copying the id after a space needs the two ids before it, a circuit random spans never ask for
     grow_from: str | None = None  # a model folder to start from, grown to ``model``'s depth (``llmkit.model.grow``)
 
     RESUMABLE_CHANGES = (*RunConfig.RESUMABLE_CHANGES, "sample_prompt", "sample_tokens", "sample_temperature")
@@ -169,6 +171,7 @@ class TrainConfig(RunConfig):
         if isinstance(self.copy_rows, int) and isinstance(self.batch_size, int) and self.copy_rows > self.batch_size:
             found.append(f"copy_rows ({self.copy_rows}) must be at most batch_size ({self.batch_size}): "
                          "the other rows are the corpus (all rows copy rows: a run of copy practice alone)")
+        check(check_number, "copy_word_share", self.copy_word_share, minimum=0.0, maximum=1.0)
         if self.copy_row_length is not None:
             check(check_int, "copy_row_length", self.copy_row_length, minimum=2)
             window = self.model.get("context_length") if isinstance(self.model, dict) else None

@@ -149,7 +149,8 @@ def random_batch(
 
 
 def repeated_spans(n_rows: int, context_length: int, vocab_size: int, *, seed: int, step: int,
-                   span_lengths: tuple[int, int] = (4, 48), separator: int | None = None) -> Batch:
+                   span_lengths: tuple[int, int] = (4, 48), separator: int | None = None,
+                   word_separator: int | None = None, word_share: float = 1.0) -> Batch:
     """Rows of random token spans, each said twice: the second saying is predictable only by copying.
 
     Natural text rarely rewards exact copying, and a small model pretrained on plays may never build
@@ -161,6 +162,11 @@ def repeated_spans(n_rows: int, context_length: int, vocab_size: int, *, seed: i
     copier: data/models/recipe/README.md has the measurements). ``separator``
     (say ``<|endoftext|>``) sometimes ends a pair, so spans are also learned as unrelated pieces.
     The first saying of each span is unpredictable, so it is left out of the loss (``mask``).
+
+    ``word_separator`` (the space's id) makes a span *words* (``word_share`` of them): runs of 1-3
+    random ids with that id between them, as text is. Then the id after a separator follows every word, so copying it needs
+    the two ids before it (the word's end and the space), not one: a circuit that random spans never
+    ask for, and that copying a second word of a name ("tide level") does.
     """
     if n_rows < 0 or vocab_size < 2 or not 1 <= span_lengths[0] <= span_lengths[1]:
         raise ValueError(f"repeated_spans needs n_rows >= 0, vocab_size >= 2 and 1 <= shortest <= longest span, "
@@ -171,7 +177,10 @@ def repeated_spans(n_rows: int, context_length: int, vocab_size: int, *, seed: i
         row: list[int] = []
         counted: list[bool] = []
         while len(row) < context_length + 1:
-            span = rng.integers(0, vocab_size, size=int(rng.integers(span_lengths[0], span_lengths[1] + 1))).tolist()
+            length = int(rng.integers(span_lengths[0], span_lengths[1] + 1))
+            words = word_separator is not None and rng.random() < word_share  # no draw without words
+            span = (_words(rng, length, vocab_size, word_separator) if words
+                    else rng.integers(0, vocab_size, size=length).tolist())
             row += span + span
             # the second saying's first token follows the first saying's last one, which has no earlier
             # occurrence to copy from, so it does not count either
@@ -183,6 +192,14 @@ def repeated_spans(n_rows: int, context_length: int, vocab_size: int, *, seed: i
         masks.append(counted[1 : context_length + 1])  # mask[t] says whether target t (row[t + 1]) counts
     windows = torch.tensor(rows, dtype=torch.int64).reshape(n_rows, context_length + 1)
     return Batch(windows[:, :-1], windows[:, 1:], torch.tensor(masks, dtype=torch.bool).reshape(n_rows, context_length))
+
+
+def _words(rng: np.random.Generator, length: int, vocab_size: int, separator: int) -> list[int]:
+    """``length`` ids: words of 1-3 random ids, each followed by ``separator`` (cut at ``length``)."""
+    ids: list[int] = []
+    while len(ids) < length:
+        ids += rng.integers(0, vocab_size, size=int(rng.integers(1, 4))).tolist() + [separator]
+    return ids[:length]
 
 
 def sequential_batches(tokens: np.ndarray, context_length: int, batch_size: int) -> Iterator[Batch]:

@@ -69,21 +69,25 @@ def bits_per_byte(model: Transformer, tokenizer: Tokenizer | None, text: str | T
 
 @torch.no_grad()
 def copy_accuracy(model: Transformer, tokenizer: Tokenizer | None = None, *, rows: int = 16, span: int = 24,
-                  seed: int = 12345) -> float:
+                  seed: int = 12345, words: bool = False) -> float:
     """How often the model predicts the second saying of a random span exactly (greedy, per token).
 
     The spans are random ids, so nothing but copying from earlier in the context predicts them:
     this measures the "induction" circuit alone, a fixed probe that can be logged during training
     (it jumps from ~0 to near 1 when the circuit forms) and compared across models. With the
     model's ``tokenizer`` the spans use only ordinary ids and are separated by ``<|endoftext|>``,
-    as the copy rows of training are.
+    as the copy rows of training are. ``words`` (it needs the tokenizer) makes the spans words with a
+    space after each (``repeated_spans``' ``word_separator``): copying across a space.
     """
     vocab_size, separator = copy_row_ids(tokenizer) if tokenizer is not None else (model.config.vocab_size, None)
+    space = space_id(tokenizer) if words and tokenizer is not None else None
+    if words and space is None:
+        raise ValueError("copy_accuracy(words=True) needs a tokenizer whose space is one id")
     device = next(model.parameters()).device
     span = max(2, min(span, model.config.context_length // 4))  # a tiny model's window still holds two pairs
     length = min(model.config.context_length, 4 * span)
     batch = repeated_spans(rows, length, vocab_size, seed=seed, step=0,
-                           span_lengths=(span, span), separator=separator)
+                           span_lengths=(span, span), separator=separator, word_separator=space)
     was_training = model.training
     model.eval()
     predicted = model(batch.inputs.to(device)).argmax(-1).cpu()
@@ -95,6 +99,12 @@ def copy_row_ids(tokenizer: Tokenizer) -> tuple[int, int | None]:
     """For copy rows: how many ordinary ids there are (special ids come last) and ``<|endoftext|>``'s id."""
     ordinary = min(tokenizer.special_tokens.values(), default=tokenizer.vocab_size)
     return ordinary, tokenizer.special_tokens.get(DOCUMENT_SEPARATOR)
+
+
+def space_id(tokenizer: Tokenizer) -> int | None:
+    """The id of " " alone, or None when a space is not one token of its own."""
+    ids = tokenizer.encode_ordinary(" ")
+    return ids[0] if len(ids) == 1 else None
 
 
 def sample_text(model: Transformer, tokenizer: Tokenizer, prompt: str, *, max_new_tokens: int = 80,
@@ -135,12 +145,16 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
     log = TrainingLog(Path(cfg.out_dir) / "train_log.jsonl", enabled=procs.is_main)
 
     ordinary, separator = copy_row_ids(tokenizer)
+    space = space_id(tokenizer)
+    if cfg.copy_word_share and space is None:
+        raise ValueError(f"copy_word_share needs a tokenizer that writes a space as one id; {cfg.tokenizer} does not")
 
     def report(step: int) -> dict[str, str]:
         scores = bits_per_byte(model, tokenizer, heldout, dtype=cfg.dtype)
         copying = copy_accuracy(model, tokenizer)
+        across_spaces = {"copy_words_accuracy": round(copy_accuracy(model, tokenizer, words=True), 4)} if space else {}
         log.write(kind="eval", step=step, heldout_loss=round(scores["loss"], 4), heldout_bpb=round(scores["bpb"], 4),
-                  copy_accuracy=round(copying, 4))
+                  copy_accuracy=round(copying, 4), **across_spaces)
         if cfg.sample_tokens:  # 0: no samples (a run of copy practice alone writes nothing readable)
             text = sample_text(model, tokenizer, cfg.sample_prompt, max_new_tokens=cfg.sample_tokens,
                                temperature=cfg.sample_temperature, seed=cfg.seed)
@@ -156,7 +170,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
             return text
         length = cfg.copy_row_length or model.config.context_length
         copies = repeated_spans(cfg.copy_rows * (model.config.context_length // length), length, ordinary,
-                                seed=cfg.seed, step=step, separator=separator)
+                                seed=cfg.seed, step=step, separator=separator,
+                                word_separator=space if cfg.copy_word_share else None, word_share=cfg.copy_word_share)
         mine = slice(procs.rank, None, procs.world_size)  # each process takes its share, like random_batch
         copies = Batch(copies.inputs[mine], copies.targets[mine], copies.mask[mine])
         return [text, copies] if text_rows else copies
