@@ -272,6 +272,35 @@ def test_copy_accuracy_is_one_for_a_copier_and_near_zero_for_a_fresh_model():
     assert copy_accuracy(fresh) < 0.2
 
 
+class _OneIdInduction(torch.nn.Module):
+    """A stand-in for a single-id induction head: predicts what followed the last earlier copy of the current id."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.config = ModelConfig(vocab_size=vocab_size, context_length=128, d_model=8, n_layers=1, n_heads=1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        predicted = torch.zeros_like(ids)
+        for b, row in enumerate(ids.tolist()):
+            seen: dict[int, int] = {}
+            for i, token in enumerate(row):
+                predicted[b, i] = row[seen[token] + 1] if token in seen else 0
+                seen[token] = i
+        return F.one_hot(predicted, self.config.vocab_size).float() + self.weight
+
+
+def test_copying_words_needs_more_than_single_id_induction():
+    from llmkit.tokens.tokenizer import Tokenizer
+    from llmkit.training.train import copy_words_by_place
+
+    tokenizer = Tokenizer.load(TOKENIZER)
+    assert copy_words_by_place(_Copier(24, tokenizer.vocab_size), tokenizer) == {
+        "word_start": 1.0, "space": 1.0, "inside_word": 1.0}
+    induction = copy_words_by_place(_OneIdInduction(tokenizer.vocab_size), tokenizer)
+    assert induction["inside_word"] > 0.95 and induction["space"] > 0.95 and induction["word_start"] < 0.2
+
+
 def test_copy_rows_join_each_batch_and_the_run_still_resumes_exactly(corpus, tmp_path):
     changes = dict(copy_rows=2, max_steps=4, eval_every=2, checkpoint_every=2)
     train(tiny_config(corpus, tmp_path / "whole", **changes), progress=False)

@@ -95,6 +95,31 @@ def copy_accuracy(model: Transformer, tokenizer: Tokenizer | None = None, *, row
     return float(((predicted == batch.targets) & batch.mask).sum() / batch.mask.sum())
 
 
+def copy_words_by_place(model: Transformer, tokenizer: Tokenizer, *, rows: int = 32, span: int = 24,
+                        seed: int = 12345) -> dict[str, float]:
+    """Copy accuracy on word spans, split by where the predicted id stands: the first id of a word
+    (it follows a space, so copying it needs the two ids before it), a space, an id inside a word.
+
+    A model with only single-id induction copies the last two and fails the first: the space
+    follows every word, so one id does not say which word comes next.
+    """
+    space = space_id(tokenizer)
+    if space is None:
+        raise ValueError("copy_words_by_place needs a tokenizer whose space is one id")
+    vocab_size, separator = copy_row_ids(tokenizer)
+    length = min(model.config.context_length, 4 * span)
+    batch = repeated_spans(rows, length, vocab_size, seed=seed, step=0, span_lengths=(span, span),
+                           separator=separator, word_separator=space)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        right = model(batch.inputs.to(next(model.parameters()).device)).argmax(-1).cpu() == batch.targets
+    model.train(was_training)
+    after, at = batch.inputs == space, batch.targets == space
+    places = {"word_start": after, "space": at, "inside_word": ~after & ~at}
+    return {name: float((right & where & batch.mask).sum() / (where & batch.mask).sum()) for name, where in places.items()}
+
+
 def copy_row_ids(tokenizer: Tokenizer) -> tuple[int, int | None]:
     """For copy rows: how many ordinary ids there are (special ids come last) and ``<|endoftext|>``'s id."""
     ordinary = min(tokenizer.special_tokens.values(), default=tokenizer.vocab_size)
