@@ -1,9 +1,9 @@
 """The pieces the phrasing grammars compose: one set for training, a second written separately.
 
-``later_forms`` were added after the recipe's pretraining corpus was built: the skill conversations
-use them, the corpus's plain-text dialogues do not, so the corpus a fresh checkout remakes is the
-text the shipped base was trained on. ``TRAIN`` and ``HELDOUT`` share no piece (tests/test_phrasing.py proves it, and that no three-word
-run of a training form occurs in a held-out sentence). Slots: ``{city}``, ``{day}``, ``{word}``,
+``TRAIN`` and ``HELDOUT`` share no piece (tests/test_phrasing.py proves it, and that no three-word
+run of a training form occurs in a held-out sentence). ``later_forms`` were written after the
+recipe's pretraining corpus was built: the skill conversations use them, the corpus's plain-text
+dialogues do not, so the corpus a fresh checkout remakes is the text the base was trained on. Slots: ``{city}``, ``{day}``, ``{word}``,
 ``{letter}``, ``{expression}``, ``{topic}``, ``{subject}``, ``{args}``, ``{name}``, ``{play}``,
 ``{first}``/``{second}`` (two whole requests, for the multi-intent form), ``{subjects}`` (several
 things to find a tool for).

@@ -13,11 +13,11 @@ the values from large pools and invented ones (``llmkit.course.values``). The ki
 - errands:    one list of 3-4 generated tools, then 2-3 requests in turn, each for a different tool:
               the same context asks for different names, so only reading the list gets them right
 
-Splits (``SPLIT_SOURCES``): ``train``, ``seen`` (other seeds), ``unseen_values``, ``unseen_phrasings_and_tools``
-(all three held out; the evals report the last three, ``EVAL_SPLITS``), and ``unseen_phrasings`` and
-``unseen_tools``, which hold out one factor (and values) each, to tell which one a model fails on. A conversation is the
-message/tools structure ``llmkit.chat.template.render`` reads, so fine-tuning consumes it as is,
-and every reply ends its turn.
+Splits (``SPLIT_SOURCES``): ``train``, ``seen`` (other seeds), ``unseen_values``,
+``unseen_phrasings_and_tools`` (all three held out; the evals report these three, ``EVAL_SPLITS``),
+and ``unseen_phrasings``, ``unseen_tools`` (one factor and the values held out, to tell which one a
+model fails on). A conversation is the message/tools structure ``llmkit.chat.template.render``
+reads, so fine-tuning consumes it as is, and every reply ends its turn.
 """
 from __future__ import annotations
 
