@@ -364,3 +364,17 @@ def test_a_shipped_models_record_names_no_machines_folders(built, tmp_path):
     assert not any(str(folder) in f.read_text(encoding="utf-8") for f in files)
     config = json.loads((shipped["base"] / "stages" / "pretrain" / "train_config.json").read_text())
     assert config["out_dir"] == "runs/recipe/pretrain" and config["tokenizer"] == "runs/recipe/tokenizer/tokenizer.json"
+
+
+def test_the_copy_words_recipe_is_the_main_recipe_with_two_stages_after_pretrain():
+    """data/models/recipe_words.json (the base that copies across spaces) shares every stage up to
+    pretrain with the main recipe, hash for hash, so it restores the same staged base."""
+    from llmkit.paths import data_path
+
+    main, words = (load_recipe(data_path("models", name)) for name in ("recipe.json", "recipe_words.json"))
+    names = [s["name"] for s in words["stages"]]
+    assert names == [s["name"] for s in main["stages"][:5]] + ["copy_words", "pretrain_words"] + [
+        s["name"] for s in main["stages"][5:]]
+    assert chain_hashes(words["stages"])[:5] == chain_hashes(main["stages"])[:5]
+    assert words["stages"][6]["settings"]["grow_from"] == "copy_words"
+    assert words["stages"][5]["settings"]["copy_word_share"] == 1.0
