@@ -2,21 +2,17 @@
 second saying, and the ids that follow a space."""
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "data" / "experiments" / "copy_circuit" / "words.py"
+from experiment_script import load_experiment
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("copy_words_script", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return load_experiment("copy_circuit", "words.py")
 
 
 def test_list_copy_reports_fractions_and_a_fresh_model_copies_little(tiny_llama):

@@ -1,11 +1,9 @@
 """The fact-frequency experiment: exact mention counts, held-out questions, honest scoring, a run end to end."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import re
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +12,8 @@ from llmkit.course.fact_frequency import (CITIES, CUES, MENTION_BINS, PERSONS_PE
                                           confident_wrong_example, is_plausible, make_people, mention_sentences,
                                           parse_answer, questions_for, summarise)
 
-BUILD = Path(__file__).resolve().parent.parent / "data" / "experiments" / "fact_frequency" / "build.py"
+from experiment_script import load_experiment
+
 SMALL = {k: 2 for k in MENTION_BINS}
 SHAKESPEARE = "\n\n".join(f"ROMEO.\nLine {i} of a play, spoken with some feeling." for i in range(12_000))
 
@@ -127,9 +126,7 @@ def test_summarise_counts_per_bin(people):
 
 
 def test_a_quick_run_writes_results(tmp_path):
-    spec = importlib.util.spec_from_file_location("fact_frequency_build", BUILD)
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = load_experiment("fact_frequency", "build.py")
     out = tmp_path / "results.json"
     build.main(["--quick", "--steps", "4", "--out", str(out), "--run-dir", str(tmp_path / "run"), "--device", "cpu"])
     results = json.loads(out.read_text())

@@ -2,21 +2,17 @@
 decoding on both splits."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "data" / "experiments" / "name_choice" / "measure.py"
+from experiment_script import load_experiment
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_the_script_measures_three_decodings_on_both_splits(tmp_path, tiny_llama, tokenizer):
     from llmkit.model.weights import save
 
-    spec = importlib.util.spec_from_file_location("measure", SCRIPT)
-    measure = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(measure)
+    measure = load_experiment("name_choice", "measure.py")
     save(tiny_llama(tokenizer.vocab_size, context_length=1024), tmp_path)
     tokenizer.save(tmp_path / "tokenizer.json")
     results = measure.measure(tmp_path, per_kind=1, kinds=["tool"])

@@ -1,10 +1,8 @@
 """The strawberry experiment from a speller (data/experiments/strawberry/build.py): its data and a quick run."""
-import importlib.util
 import json
 import random
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +13,7 @@ from llmkit.paths import data_path
 from llmkit.tokens.tokenizer import Tokenizer
 from llmkit.tokens.words import word_ids
 
-BUILD = Path(__file__).resolve().parent.parent / "data" / "experiments" / "strawberry" / "build.py"
+from experiment_script import load_experiment
 
 
 @pytest.fixture(scope="module")
@@ -135,9 +133,7 @@ def test_scoring_helpers():
 
 
 def load_build():
-    spec = importlib.util.spec_from_file_location("strawberry_build", BUILD)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_experiment("strawberry", "build.py")
     return module
 
 

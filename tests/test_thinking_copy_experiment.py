@@ -2,24 +2,19 @@
 the four held-out splits."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from llmkit.chat.template import render
 from llmkit.course.skills import make_skills
+
+from experiment_script import load_experiment
 from scripted_model import ScriptedModel
 
-SCRIPT = Path(__file__).resolve().parent.parent / "data" / "experiments" / "thinking_copy" / "measure.py"
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("thinking_measure", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("thinking_copy", "measure.py")
 
 
 @pytest.mark.parametrize("write_wanted", [True, False])

@@ -1,14 +1,11 @@
 """data/experiments/tool_lookup/probe.py: the toy rows say what its README says they say."""
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
-PROBE = Path(__file__).resolve().parent.parent / "data" / "experiments" / "tool_lookup" / "probe.py"
-spec = importlib.util.spec_from_file_location("tool_lookup_probe", PROBE)
-probe = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(probe)
+from experiment_script import load_experiment
+
+probe = load_experiment("tool_lookup", "probe.py")
 FORMATS = ["A", "AT", "DT", "DC", "DR", "KT"]
 
 
