@@ -333,9 +333,9 @@ def test_a_pretrain_stage_reads_the_corpus_mix_or_shakespeare_alone(tmp_path):
 
 
 def test_the_committed_base_is_what_the_recipe_in_git_makes(tmp_path):
-    """A fresh checkout goes on at the first chat stage: the base in git (staged until its chat model
-    is done) carries the done.json of every stage that made it, with the chain hashes of the configs
-    in git, so the recipe restores those stages instead of training them again."""
+    """A fresh checkout goes on after the last model in git: each committed model (staged until the
+    course moves to it) carries the done.json of every stage that made it, with the chain hashes of
+    the configs in git, so the recipe restores those stages instead of training them again."""
     from llmkit.course.recipe import restore_shipped
     from llmkit.paths import data_path
 
@@ -344,11 +344,14 @@ def test_the_committed_base_is_what_the_recipe_in_git_makes(tmp_path):
     models = staged if (staged / "base" / "stages").is_dir() else data_path("models")
     restored = restore_shipped(recipe, tmp_path, models)
     names = [stage["name"] for stage in recipe["stages"]]
-    base_stages = names[: names.index(recipe["ship"]["base"]) + 1]
-    assert restored == [name for name in base_stages if name != "corpus"]  # the corpus is remade in seconds
-    restored_model, _ = load_model(tmp_path / recipe["ship"]["base"] / "shipped")
-    committed, _ = load_model(models / "base")
-    assert all(torch.equal(restored_model.state_dict()[k], v) for k, v in committed.state_dict().items())
+    committed = [name for name in recipe["ship"] if (models / name / "stages").is_dir()]  # base, skills, chat
+    assert "base" in committed
+    made = names[: max(names.index(recipe["ship"][name]) for name in committed) + 1]
+    assert restored == [name for name in made if name != "corpus"]  # the corpus is remade in seconds
+    for name in committed:
+        restored_model, _ = load_model(tmp_path / recipe["ship"][name] / "shipped")
+        shipped_model, _ = load_model(models / name)
+        assert all(torch.equal(restored_model.state_dict()[k], v) for k, v in shipped_model.state_dict().items())
 
 
 def test_a_shipped_models_record_names_no_machines_folders(built, tmp_path):
