@@ -47,7 +47,7 @@ def test_the_learner_tools_run_and_the_cases_are_well_formed():
         assert all(name in names for name, _ in case.calls), case.name  # a wanted call is to an offered tool
 
 
-def test_a_trial_on_a_tiny_random_model_scores_every_case(tiny_llama, tokenizer, one_thread):
+def test_a_trial_on_a_tiny_random_model_scores_every_case(tiny_llama, tokenizer, one_thread, capsys):
     from llmkit.chat.client import Client
 
     model = tiny_llama(tokenizer.vocab_size, context_length=128)  # too small for some prompts: they must not crash
@@ -56,6 +56,10 @@ def test_a_trial_on_a_tiny_random_model_scores_every_case(tiny_llama, tokenizer,
     assert results["fitted"] < 5  # the five-tool prompt (213 tokens) cannot fit 128
     assert all(row["stop_reason"] for row in results["cases"])
     assert 0 <= results["right_calls"] <= results["fitted"]
+    trial.report({"model": "tiny", "seconds": 0.0, **results})
+    printed = capsys.readouterr().out
+    assert printed.count("\n[") == 5 and "ContextWindowError" in printed  # every case, the one that did not fit
+    assert f"right calls {results['right_calls']}/5" in printed and f"fitted {results['fitted']}/5" in printed
 
 
 @pytest.mark.parametrize("reply, wanted, found", [

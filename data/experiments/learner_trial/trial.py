@@ -166,6 +166,24 @@ def trial(client: Client, cases: list[Case] = CASES) -> dict:
             "ends_turn": sum(row["ends_turn"] for row in rows), "fitted": sum(row["fitted"] for row in rows)}
 
 
+def report(results: dict) -> None:
+    """Every case's request, calls and last reply, then the totals."""
+    for row in results["cases"]:
+        answer = {None: "-", True: "right", False: "WRONG"}[row["answer_has"]]
+        print(f"\n[{row['case']}] (calls {'right' if row['right_calls'] else 'WRONG'}, answer {answer}) "
+              f"tools offered: {', '.join(row['tools']) or 'none'}")
+        print("   user: " + " / ".join(row["turns"]))
+        for call in row["calls"]:
+            print(f"   call: {call['name']}({json.dumps(call['input'])})")
+        print(f"   last reply ({row['stop_reason']}): {row['reply']!r}")
+        for note in row["context_notes"]:
+            print(f"   to fit the window: {note}")
+    n = results["n"]
+    print(f"\n{results['model']} (window {results['context_window']}): right calls {results['right_calls']}/{n}, "
+          f"answers {results['answers_right']}/{results['answers_checked']}, ended their turn "
+          f"{results['ends_turn']}/{n}, fitted {results['fitted']}/{n} ({results['seconds']} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="chat", help="chat, base, or a model folder")
@@ -178,20 +196,7 @@ def main() -> None:
     start = time.perf_counter()
     results = {"model": args.model, **trial(Client(args.model))}
     results["seconds"] = round(time.perf_counter() - start, 1)
-    for row in results["cases"]:
-        marks = f"calls {'right' if row['right_calls'] else 'WRONG'}, answer " + \
-            {None: "-", True: "right", False: "WRONG"}[row["answer_has"]]
-        print(f"\n[{row['case']}] ({marks}) tools offered: {', '.join(row['tools']) or 'none'}")
-        print("   user: " + " / ".join(row["turns"]))
-        for call in row["calls"]:
-            print(f"   call: {call['name']}({json.dumps(call['input'])})")
-        print(f"   last reply ({row['stop_reason']}): {row['reply']!r}")
-        for note in row["context_notes"]:
-            print(f"   to fit the window: {note}")
-    print(f"\n{results['model']} (window {results['context_window']}): right calls {results['right_calls']}/{results['n']}, "
-          f"answers {results['answers_right']}/{results['answers_checked']}, "
-          f"ended their turn {results['ends_turn']}/{results['n']}, fitted {results['fitted']}/{results['n']} "
-          f"({results['seconds']} s)")
+    report(results)
     atomic_write(args.out, json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
 
