@@ -24,12 +24,13 @@ def test_each_intent_has_many_heldout_forms(intent):
 
 def _pieces(p):
     out = set()
-    for forms in [*p.forms.values(), *p.later_forms.values()]:
+    for forms in [*p.forms.values(), *p.later_forms.values(), *p.wider_forms.values()]:
         out |= {f.lower() for f in forms}
     for table in (p.before, p.after):
         for items in table.values():
             out |= {s.lower() for s in items}
-    return out | {s.lower() for s in p.openers + p.polite + p.closers + p.arg_styles + p.chatter}
+    return out | {s.lower() for s in p.openers + p.polite + p.closers + p.arg_styles + p.chatter
+                + p.wider_arg_styles + p.wider_arg_joiners}
 
 
 def test_no_piece_is_shared_between_train_and_heldout():
@@ -44,7 +45,7 @@ def _trigrams(text: str) -> set[tuple[str, ...]]:
     return found
 
 
-TRAIN_TRIGRAMS = set().union(*(_trigrams(f) for table in (TRAIN.forms, TRAIN.later_forms) for forms in table.values()
+TRAIN_TRIGRAMS = set().union(*(_trigrams(f) for table in (TRAIN.forms, TRAIN.later_forms, TRAIN.wider_forms) for forms in table.values()
                                 for f in forms))
 
 
@@ -100,3 +101,33 @@ def test_every_form_of_an_intent_uses_the_same_slots():
 
 def test_fragments_are_lowercase_word_runs():
     assert fragments("Will it rain in {city} {day}?") == ["will it rain in"]
+
+
+WIDER_MARKS = ("people call me", "everyone calls me", "let me introduce myself", "oh, and", "another thing:",
+               "one more:", "produce the", "i'm after the", "what would the", ", that's the", "equal to", "should be")
+
+
+def _wider_forms_seen(conversations) -> int:
+    """How many first user messages hold a phrase that only the wider pieces have."""
+    return sum(any(m in str(c.messages[0]["content"]).lower() for m in WIDER_MARKS) for c in conversations)
+
+
+def test_the_marks_are_wider_pieces_only():
+    from llmkit.course.phrasing_pools import TRAIN
+
+    wider = " | ".join([f for forms in TRAIN.wider_forms.values() for f in forms] + TRAIN.wider_arg_styles).lower()
+    first = " | ".join([f for table in (TRAIN.forms, TRAIN.later_forms) for forms in table.values() for f in forms]
+                       + TRAIN.arg_styles).lower()
+    assert all(m in wider and m not in first for m in WIDER_MARKS)
+
+
+def test_wider_phrasings_only_where_asked_and_never_in_the_heldout_split():
+    from llmkit.course.skills import make_skills
+
+    kinds = ["tool", "memory", "multi"]
+    plain = make_skills(120, split="train", seed=4, kinds=kinds)
+    wider = make_skills(120, split="train", seed=4, kinds=kinds, wider_phrasings=True)
+    assert _wider_forms_seen(plain) == 0 < _wider_forms_seen(wider)
+    assert [c.messages for c in make_skills(60, split="unseen_phrasings_and_tools", seed=4, kinds=kinds)] == \
+        [c.messages for c in make_skills(60, split="unseen_phrasings_and_tools", seed=4, kinds=kinds,
+                                         wider_phrasings=True)]  # the held-out grammar has no wider pieces

@@ -54,6 +54,7 @@ class Grammar:
     closers: tuple[str, ...]
     chatter: tuple[str, ...] = ()
     later_forms: tuple[str, ...] = ()
+    wider_forms: tuple[str, ...] = ()
 
 
 def phrasing_split(split: str) -> str:
@@ -72,24 +73,26 @@ def grammar(intent: str, split: str = "train") -> Grammar:
     pieces: Pieces = TRAIN if phrasing_split(split) == "train" else HELDOUT
     return Grammar(intent, tuple(pieces.forms[intent]), tuple(pieces.before.get(intent, ())),
                    tuple(pieces.after.get(intent, ())), tuple(pieces.openers), tuple(pieces.polite),
-                   tuple(pieces.closers), tuple(pieces.chatter), tuple(pieces.later_forms.get(intent, ())))
+                   tuple(pieces.closers), tuple(pieces.chatter), tuple(pieces.later_forms.get(intent, ())),
+                   tuple(pieces.wider_forms.get(intent, ())))
 
 
 GRAMMARS = {(intent, split): grammar(intent, split) for intent in INTENTS for split in PHRASING_SPLITS}
 
 
 def template(rng: random.Random, intent: str, split: str = "train", *, noise: bool = True,
-             chatter: Callable[[], str] | None = None, later_forms: bool = False) -> str:
+             chatter: Callable[[], str] | None = None, later_forms: bool = False, wider: bool = False) -> str:
     """One surface form of ``intent`` with its ``{slots}`` still unfilled.
 
     A form is always there; everything else is optional. A request in two sentences comes from
     context before or after it. ``noise`` varies casing and end punctuation and adds a typo now
     and then, outside the slots. ``chatter``, a function that returns a word, adds a sentence of
     talk before or after the request now and then, its nouns drawn from that function.
-    ``later_forms`` adds the forms written after the recipe's corpus was built.
+    ``later_forms`` adds the forms written after the recipe's corpus was built, ``wider`` those
+    written after its skills stage was trained.
     """
     g = GRAMMARS[(intent, phrasing_split(split))]
-    form = rng.choice(g.forms + g.later_forms if later_forms else g.forms)
+    form = rng.choice(g.forms + (g.later_forms if later_forms else ()) + (g.wider_forms if wider else ()))
     parts = []
     if rng.random() < 0.35:
         parts.append(rng.choice(g.openers))

@@ -3,7 +3,9 @@
 ``TRAIN`` and ``HELDOUT`` share no piece (tests/test_phrasing.py proves it, and that no three-word
 run of a training form occurs in a held-out sentence). ``later_forms`` were written after the
 recipe's pretraining corpus was built: the skill conversations use them, the corpus's plain-text
-dialogues do not, so the corpus a fresh checkout remakes is the text the base was trained on. Slots: ``{city}``, ``{day}``, ``{word}``,
+dialogues do not, so the corpus a fresh checkout remakes is the text the base was trained on.
+``wider_*`` pieces were written after the recipe's skills stage was trained (more word orders, the
+value before its name, more introductions): stages that set ``wider_phrasings`` use them. Slots: ``{city}``, ``{day}``, ``{word}``,
 ``{letter}``, ``{expression}``, ``{topic}``, ``{subject}``, ``{args}``, ``{name}``, ``{play}``,
 ``{first}``/``{second}`` (two whole requests, for the multi-intent form), ``{subjects}`` (several
 things to find a tool for).
@@ -27,6 +29,9 @@ class Pieces:
     arg_joiners: list[str] = field(default_factory=list)
     chatter: list[str] = field(default_factory=list)  # talk around a request; each {thing} gets a tool-like word
     later_forms: dict[str, list[str]] = field(default_factory=dict)  # forms the recipe's corpus was built without
+    wider_forms: dict[str, list[str]] = field(default_factory=dict)  # written after the skills stage was trained
+    wider_arg_styles: list[str] = field(default_factory=list)
+    wider_arg_joiners: list[str] = field(default_factory=list)
 
 
 TRAIN = Pieces(
@@ -135,6 +140,60 @@ TRAIN = Pieces(
              "My boss loves {thing}.", "Sorry, the {thing} distracted me.", "Back from the {thing} fair.",
              "Writing a note on {thing} and {thing}.", "This {thing} business is confusing.",
              "After that I'll check on {thing}.", "We talked about {thing} all morning.", "The {thing} can wait."],
+    wider_forms={
+        "weather": [
+            "Is {city} wet {day}?", "{city} {day}: do I take a coat?", "Need to know if it rains in {city} {day}.",
+            "Will {city} see rain {day}?", "What are the chances of rain in {city} {day}?",
+            "Going to {city} {day}. Rain?", "Sunny or rainy in {city} {day}?", "Is {day} dry in {city}?",
+            "What should I expect from the weather in {city} {day}?", "Temperature in {city} {day}?",
+            "Do you know if {city} gets rain {day}?", "Rain in {city} {day}, yes or no?",
+        ],
+        "letters": [
+            "How many {letter}'s does {word} contain?", "Letter count: {letter} in {word}.",
+            "Find how many times {letter} shows up in {word}.", "{letter} in {word}: how many?",
+            "What's the number of {letter}'s in the word {word}?", "Count up the {letter}'s of {word}.",
+            "Check how many {letter}'s {word} has.", "The word {word}: count its {letter}'s.",
+            "Could you count {letter} in {word}?", "Occurrences of {letter} in {word}?",
+        ],
+        "arithmetic": [
+            "Add this up: {expression}", "{expression}, what do you get?", "Do the math: {expression}.",
+            "I need {expression} worked out.", "What comes out of {expression}?", "Answer to {expression}?",
+            "Help me with {expression}.", "Total of {expression}?", "Give me {expression}.",
+        ],
+        "search": [
+            "Look into {topic}.", "What's known about {topic}?", "Search up {topic} for me.",
+            "Get me something on {topic}.", "Information about {topic}?", "Any docs on {topic}?",
+            "Check the documents for {topic}.", "Research {topic}.",
+        ],
+        "memory_intro": [
+            "People call me {name}.", "Everyone calls me {name}.", "My friends call me {name}.", "It's {name}.",
+            "I'm {name}, by the way.", "Let me introduce myself: {name}.", "My first name is {name}.",
+            "Put me down as {name}.", "{name}, that's me.", "Remember me as {name}.", "Me? I'm {name}.",
+            "They named me {name}.", "{name} here, hello.", "Hello, {name} speaking.",
+        ],
+        "memory_question": [
+            "Do you know who I am?", "Have you forgotten my name already?", "Tell me my name.",
+            "Whose name did I mention?", "What should you call me?", "Which name was mine?",
+            "Repeat my name back to me.", "What name do you have for me?", "Who did I say I am?",
+            "My name, do you still have it?",
+        ],
+        "multi": ["{first} Next, {second}", "{first} After that, {second}", "{first} Oh, and {second}",
+                  "{first} Besides, {second}", "{first} Also: {second}", "First: {first} Second: {second}",
+                  "{first} Another thing: {second}", "{first} One more: {second}", "{first} Secondly, {second}"],
+        "tool": [
+            "Produce the {subject} from {args}.", "Need the {subject}; {args}.", "{args} -- I need the {subject}.",
+            "Compute the {subject} (with {args}).", "Let me have the {subject}. Use {args}.",
+            "From {args}, tell me the {subject}.", "I'm after the {subject}: {args}.",
+            "What would the {subject} be for {args}?", "Can I have the {subject} for {args}?",
+            "{args}. I need to know the {subject}.", "The {subject}? {args}.", "Please look up the {subject}, {args}.",
+        ],
+    },
+    wider_arg_styles=["{value} for {words}", "{value} is the {words}", "{words} of {value}", "{value} ({words})",
+                      "{words} equal to {value}", "take {value} for {words}", "{words} should be {value}",
+                      "where {words} is {value}", "{words}={value}", "{value} for the {words}", "with {words} {value}",
+                      "{words} '{value}'", "{value}, that's the {words}", "set {words} to {value}",
+                      "{words} at {value}", "my {words} is {value}"],
+    wider_arg_joiners=[", and ", " with ", ". ", " - ", ", also "],
     later_forms={
         "tool": [
             "Hand over the {subject} for {args}.", "Find the {subject} with {args}.", "Read me the {subject} for {args}.",

@@ -120,15 +120,23 @@ def _subject_of(name: str) -> str:
 class _Builder:
     """The state one conversation is built with: its random stream and its three splits."""
 
-    def __init__(self, rng: random.Random, split: str, invent_every_word: bool = True):
+    def __init__(self, rng: random.Random, split: str, invent_every_word: bool = True, wider: bool = False):
         self.rng, self.split, self.invent_every_word, self.calls = rng, split, invent_every_word, 0
+        self.wider = wider
         self.phrasing, self.tool_split, self.value_split = splits_of(split)
         self.pieces = TRAIN if self.phrasing == "train" else HELDOUT
 
     def say(self, intent: str, **values) -> str:
         skill = self.invent_every_word  # False: the corpus's dialogues, whose text must stay what the base learned
-        return fill(template(self.rng, intent, self.phrasing, later_forms=skill,
+        return fill(template(self.rng, intent, self.phrasing, later_forms=skill, wider=self.wider,
                              chatter=(lambda: chatter_word(self.rng, self.tool_split)) if skill else None), values)
+
+    def argument_ways(self) -> tuple[list[str], list[str]]:
+        """The styles and joiners arguments are said in: the wider ones only where asked for."""
+        p = self.pieces
+        if not self.wider:
+            return p.arg_styles, p.arg_joiners
+        return p.arg_styles + p.wider_arg_styles, p.arg_joiners + p.wider_arg_joiners
 
     def thinking(self, text: str, *, always: bool = False) -> list[dict]:
         """A thinking block half the time, or ``always`` (drawn either way, so later draws do not shift)."""
@@ -192,7 +200,7 @@ class Request:
 def _subject_request(b: _Builder, tool: GenTool) -> Request:
     arguments = draw_arguments(b.rng, tool, b.value_split)
     if tool.params:
-        args = say_arguments(b.rng, tool, arguments, b.pieces.arg_styles, b.pieces.arg_joiners)
+        args = say_arguments(b.rng, tool, arguments, *b.argument_ways())
         text = b.say("tool", subject=tool.subject, args=args)
     else:
         text = b.say("tool_bare", subject=tool.subject)
@@ -303,7 +311,8 @@ def _multi(b: _Builder) -> SkillConversation:
     second = _any_request(b)
     while second.tool.name == first.tool.name:
         second = _any_request(b)
-    text = fill(template(b.rng, "multi", b.phrasing, noise=False), {"first": first.text, "second": second.text})
+    text = fill(template(b.rng, "multi", b.phrasing, noise=False, wider=b.wider),
+                {"first": first.text, "second": second.text})
     offered = b.offer([first.tool, second.tool], most=5)
     messages, expected = _answer_requests(b, [first, second], text, offered)
     return SkillConversation("multi", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)
@@ -412,19 +421,23 @@ BUILDERS = {"which": _which, "tool": lambda b: _single(b, "tool"), "weather": la
             "chitchat": _chitchat, "multi": _multi, "errands": _errands}
 
 
-def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True) -> SkillConversation:
+def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True,
+               wider_phrasings: bool = False) -> SkillConversation:
     """One conversation of ``kind`` and ``split``: a pure function of (kind, split, seed).
 
     ``invent_every_word``: generated tools make up their measure and parameter names too, not only
     their domain (``toolgen.make_tool``); the pretraining corpus's dialogues turn it off, so that the
-    text a finished recipe stage was built from does not change.
+    text a finished recipe stage was built from does not change. ``wider_phrasings`` adds the
+    phrasing pieces written after the recipe's skills stage was trained (``phrasing_pools``).
     """
     if kind not in BUILDERS:
         raise ValueError(f"unknown kind {kind!r}; choose from {KINDS}")
-    return BUILDERS[kind](_Builder(random.Random(f"llmkit-skills|{kind}|{split}|{seed}"), split, invent_every_word))
+    return BUILDERS[kind](_Builder(random.Random(f"llmkit-skills|{kind}|{split}|{seed}"), split, invent_every_word,
+                                   wider_phrasings))
 
 
-def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None) -> list[SkillConversation]:
+def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None,
+                wider_phrasings: bool = False) -> list[SkillConversation]:
     """``n`` conversations of ``split``. ``kinds=None`` mixes every kind by ``MIX``; a list takes turns."""
     splits_of(split)
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -439,7 +452,7 @@ def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None) -> l
         if unknown or not kinds:
             raise ValueError(f"kinds must be a non-empty list drawn from {KINDS}, got {kinds!r}")
         chosen = [kinds[i % len(kinds)] for i in range(n)]
-    return [make_skill(kind, split, f"{seed}|{i}") for i, kind in enumerate(chosen)]
+    return [make_skill(kind, split, f"{seed}|{i}", wider_phrasings=wider_phrasings) for i, kind in enumerate(chosen)]
 
 
 def uses_heldout_values(conversation: SkillConversation) -> bool:
