@@ -60,11 +60,10 @@ class DataItem:
 DATA_ITEMS: tuple[DataItem, ...] = (
     DataItem("corpus/train.txt", "training text (Shakespeare)", "python data/build_corpus.py"),
     DataItem("corpus/heldout.txt", "held-out text", "python data/build_corpus.py"),
-    DataItem("models/base/tokenizer.json", "course tokenizer", "python data/build_tokenizer.py"),
-    DataItem("models/base", "pretrained base model",
-             "python -m llmkit train --config data/models/base/train_config.json",
+    DataItem("models/base/tokenizer.json", "course tokenizer", "make models (the recipe's tokenizer stage)"),
+    DataItem("models/base", "pretrained base model", "make models (see data/models/recipe/README.md)",
              contents=("config.json", "model.safetensors", "tokenizer.json")),
-    DataItem("models/chat", "fine-tuned chat model", "see data/models/chat/README.md (python -m llmkit finetune ...)",
+    DataItem("models/chat", "fine-tuned chat model", "make models (see data/models/recipe/README.md)",
              contents=("config.json", "model.safetensors", "tokenizer.json")),
 )
 

@@ -82,7 +82,7 @@ def test_greedy_calls_the_tool_whose_whole_opening_is_most_likely(tokenizer, use
         model, prompt = _calling_model(tokenizer, seed)
         context = prompt + [marker_ids(tokenizer)["tool_call"]]
         best = max(range(len(TOOLS)), key=lambda i: _log_prob(model, context, openings[i]))
-        run = functools.partial(generate, model, prompt, max_new_tokens=len(max(openings, key=len)) + 4,
+        run = functools.partial(generate, model, prompt, max_new_tokens=len(max(openings, key=len)) + 12,
                                 use_cache=use_cache)
         whole = run(constraint=functools.partial(ToolCallConstraint, tokenizer, TOOLS)).samples[0].tokens
         token_by_token = run(constraint=functools.partial(ToolCallConstraint, tokenizer, TOOLS,
@@ -147,15 +147,14 @@ def test_the_serving_engine_chooses_the_same_tool_as_generate(tokenizer):
     assert len(chosen) > 1  # the models disagree, so agreeing is not luck
 
 
-@pytest.mark.parametrize("folder", ["base", "staged/base"])
-def test_every_generated_tool_gets_whole_name_choice(folder):
-    """With the shipped and the staged tokenizer, a call opening is never split differently inside
+def test_every_generated_tool_gets_whole_name_choice():
+    """With the shipped tokenizer, a call opening is never split differently inside
     a whole call, so no generated tool falls back to choosing its name token by token."""
     from llmkit.course.skills import make_skills
     from llmkit.paths import data_path
     from llmkit.tokens.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.load(data_path("models", *folder.split("/"), "tokenizer.json"))
+    tokenizer = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
     for spec in make_skills(40, split="unseen_phrasings_and_tools", seed=0, kinds=["tool", "errands"]):
         assert call_openings(tokenizer, spec.definitions) is not None, [t.name for t in spec.tools]
 
@@ -164,7 +163,7 @@ def test_the_client_chooses_names_whole_unless_told_per_token(tokenizer):
     """The client's default and its "per_token" setting agree with the constraint's two ways."""
     from llmkit.chat.client import Client
 
-    model, prompt = _calling_model(tokenizer, seed=1)  # a model for which the two ways disagree
+    model, prompt = _calling_model(tokenizer, seed=3)  # a model for which the two ways disagree
     client = Client.from_model(model, tokenizer)
     messages = [{"role": "user", "content": "How deep is the river?"}]
     named = []

@@ -246,7 +246,8 @@ def test_the_constraint_follows_text_thinking_and_calls(tokenizer):
     assert not constraint.in_call and torch.equal(constraint.allowed(), outside)
     constraint.advance(ids["end_thinking"])
     constraint.advance(ids["tool_call"])
-    assert constraint.in_call and constraint.allowed().sum() == 1  # only "{" can open the JSON
+    opening = [tokenizer.decode([t]) for t in constraint.allowed().nonzero().flatten().tolist()]
+    assert constraint.in_call and opening and all(text.startswith("{") for text in opening)  # only "{" opens the JSON
     with pytest.raises(ValueError, match="cannot continue the tool call"):
         constraint.advance(ids["end_tool_call"])
     for token in tokenizer.encode('{"name": "get_weather", "input": {"city": "Pune"}}'):
@@ -334,7 +335,7 @@ def test_a_model_that_wants_broken_json_still_writes_valid_calls(tokenizer):
 def test_a_random_model_writes_valid_calls_under_the_constraint(tokenizer, tiny_llama):
     tools = [set_alarm]
     prompt_length = len(render(tokenizer, [{"role": "user", "content": "Go."}], tools=tools).ids)
-    base = tiny_llama(tokenizer.vocab_size, context_length=prompt_length + 150)
+    base = tiny_llama(tokenizer.vocab_size, context_length=prompt_length + 300)  # random digits run long
     model = ScriptedModel(base.config, [marker_ids(tokenizer)["tool_call"]], prompt_length)
     model.load_state_dict(base.state_dict())  # the fixture's random weights; the script only opens the call
     results = sample_calls(model.eval(), tokenizer, tools, constrained=True, seeds=range(4))

@@ -134,12 +134,22 @@ def test_chat_model_calls_the_weather_tool_on_a_heldout_prompt():
 
 @needs_chat
 def test_chat_model_folder_is_complete_and_small():
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "sft_config.json", "evals.json", "README.md"):
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "evals.json", "README.md"):
         assert (CHAT / name).is_file(), name
-    assert (CHAT / "model.safetensors").stat().st_size <= 25 * 1024 * 1024
+    for stage, files in (("sft_polish", ("train_log.jsonl", "sft_config.json")),
+                         ("dpo", ("train_log.jsonl", "dpo_config.json")), ("evals", ("evals.json",))):
+        for name in ("done.json", *files):  # each recipe stage's record: done.json says it finished
+            assert (CHAT / "stages" / stage / name).is_file(), f"stages/{stage}/{name}"
+    size = sum(path.stat().st_size for path in CHAT.rglob("*") if path.is_file())
+    assert size <= 25 * 1024 * 1024, f"data/models/chat holds {size / 2**20:.1f} MB"
     evals = json.loads((CHAT / "evals.json").read_text())
-    for key in ("tool_call_valid", "answer_consistent", "memory", "no_invention"):
-        assert 0.0 <= evals["chat"][key] <= 1.0
+    assert evals == json.loads((CHAT / "stages" / "evals" / "evals.json").read_text())  # the evals stage's report
+    assert set(evals) >= {"seen", "unseen_values", "unseen_phrasings_and_tools"}
+    for split in ("seen", "unseen_values", "unseen_phrasings_and_tools"):
+        for key in ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention",
+                    "memory"):
+            assert 0.0 <= evals[split][key] <= 1.0, (split, key)
+            assert evals[split]["n_" + key] > 0, (split, key)  # a score over no conversations would mean nothing
 
 
 @needs_chat

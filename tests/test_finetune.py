@@ -313,9 +313,12 @@ def test_repeat_conversations_say_the_words_back_and_fresh_ones_invent_every_wor
 def test_every_shipped_config_still_loads():
     from llmkit.training.config import TrainConfig
 
-    for path in sorted(data_path("models", "chat").glob("*_config.json")):
+    chat_configs = sorted(data_path("models").glob("*/stages/*/[sd][fp][to]_config.json"))
+    assert {p.parent.name for p in chat_configs} == {"sft_skills", "sft_polish", "dpo"}
+    for path in chat_configs:
         assert ChatFinetuneConfig.from_json(path).max_steps > 0
-    assert TrainConfig.from_json(data_path("models", "base", "train_config.json")).max_steps == 640
+    pretrain = TrainConfig.from_json(data_path("models", "base", "stages", "pretrain", "train_config.json"))
+    assert pretrain.model["context_length"] == 1024 and pretrain.max_steps > 0
 
 
 def test_resume_of_a_run_that_stopped_early_ends_where_an_uninterrupted_one_does(tiny_base, tmp_path):

@@ -333,19 +333,18 @@ def test_a_pretrain_stage_reads_the_corpus_mix_or_shakespeare_alone(tmp_path):
 
 
 def test_the_committed_base_is_what_the_recipe_in_git_makes(tmp_path):
-    """A fresh checkout goes on after the last model in git: each committed model (staged until the
-    course moves to it) carries the done.json of every stage that made it, with the chain hashes of
-    the configs in git, so the recipe restores those stages instead of training them again."""
+    """A fresh checkout goes on after the last model in git: each committed model carries the
+    done.json of every stage that made it, with the chain hashes of the configs in git, so the
+    recipe restores those stages instead of training them again."""
     from llmkit.course.recipe import restore_shipped
     from llmkit.paths import data_path
 
     recipe = load_recipe(data_path("models", "recipe.json"))
-    staged = data_path("models", "staged")
-    models = staged if (staged / "base" / "stages").is_dir() else data_path("models")
+    models = data_path("models")
     restored = restore_shipped(recipe, tmp_path, models)
     names = [stage["name"] for stage in recipe["stages"]]
     committed = [name for name in recipe["ship"] if (models / name / "stages").is_dir()]  # base, skills, chat
-    assert "base" in committed
+    assert committed == ["base", "skills", "chat"]
     made = names[: max(names.index(recipe["ship"][name]) for name in committed) + 1]
     assert restored == [name for name in made if name != "corpus"]  # the corpus is remade in seconds
     for name in committed:

@@ -122,12 +122,15 @@ def test_openai_tool_history_is_accepted(gpt):
 def test_tool_round_trip_on_the_shipped_chat_model(tokenizer):
     from llmkit.model.weights import load_model
 
+    from llmkit.course.tools import get_weather
+
+    weather = get_weather.definition()  # the course's tool, as the model was trained to call it
     model, chat_tokenizer = load_model("chat")
     state = build_state(model, chat_tokenizer, model_id="llmkit-chat", keys=[KEY], kv_cache_mb=8)
     with BackgroundServer(state) as running:
         claude = anthropic.Anthropic(base_url=running.url, api_key=KEY, max_retries=0, timeout=60)
-        messages = [{"role": "user", "content": "What is the weather in Pune right now?"}]
-        reply = claude.messages.create(model="llmkit-chat", max_tokens=96, messages=messages, tools=[WEATHER],
+        messages = [{"role": "user", "content": "Will it rain in Pune tomorrow?"}]
+        reply = claude.messages.create(model="llmkit-chat", max_tokens=96, messages=messages, tools=[weather],
                                        extra_body=GREEDY)
         assert reply.stop_reason == "tool_use"
         call = reply.content[-1]
@@ -135,7 +138,7 @@ def test_tool_round_trip_on_the_shipped_chat_model(tokenizer):
         messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]},
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
                                                    "content": "31 C and humid"}]}]
-        answer = claude.messages.create(model="llmkit-chat", max_tokens=64, messages=messages, tools=[WEATHER],
+        answer = claude.messages.create(model="llmkit-chat", max_tokens=64, messages=messages, tools=[weather],
                                         extra_body=GREEDY)
         assert answer.stop_reason in ("end_turn", "max_tokens", "tool_use")
 

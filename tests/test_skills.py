@@ -443,7 +443,7 @@ def test_name_choice_scores_the_last_request_of_errands_not_the_first():
     """Errands call several tools in turn; the score is the expected call's, after the prompt."""
     from llmkit.course.skill_scores import calls_in, name_choice
 
-    tokenizer = Tokenizer.load(data_path("models", "staged", "base", "tokenizer.json"))
+    tokenizer = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
 
     def length(name: str) -> int:
         return len(tokenizer.encode(json.dumps({"name": name, "input": {}})))

@@ -41,28 +41,33 @@ def test_course_special_tokens_are_the_documented_sixteen():
 
 
 def test_shipped_tokenizer_layout(shipped):
-    assert shipped.vocab_size == 2048
-    assert len(shipped.merges) == 1776
+    assert shipped.vocab_size == 4096
+    assert len(shipped.merges) == 4096 - 256 - 16
     assert list(shipped.special_tokens) == COURSE_SPECIAL_TOKENS
-    assert sorted(shipped.special_tokens.values()) == list(range(2032, 2048))
-    assert shipped.pattern == Tokenizer.train("ab", 257, pattern="gpt4").pattern
-    assert shipped.encode("<|endoftext|>", allowed_special="all") == [2032]
+    assert sorted(shipped.special_tokens.values()) == list(range(4080, 4096))
+    assert shipped.pattern == Tokenizer.train("ab", 257, pattern="spaced").pattern
+    assert shipped.encode("<|endoftext|>", allowed_special="all") == [4080]
 
 
-@pytest.mark.slow
-def test_shipped_tokenizer_is_what_the_build_script_makes(shipped, tmp_path):
-    documents = data_path("corpus", "train.txt").read_text(encoding="utf-8").split("<|endoftext|>")
-    rebuilt = Tokenizer.train(documents, 2048, pattern="gpt4", special_tokens=COURSE_SPECIAL_TOKENS)
-    assert rebuilt.merges == shipped.merges and rebuilt.special_tokens == shipped.special_tokens
-    rebuilt.save(tmp_path / "tokenizer.json")
+def test_shipped_tokenizer_is_what_the_recipe_makes(shipped, tmp_path):
+    """The recipe's tokenizer stage, run from the config in git, writes the shipped file byte for byte."""
+    import json
+    import logging
+
+    from llmkit.course.recipe_stages import run_tokenizer
+
+    settings = json.loads(data_path("models", "recipe", "tokenizer.json").read_text(encoding="utf-8"))
+    run_tokenizer({**settings, "progress": False}, tmp_path, logging.getLogger("test"))
     shipped_text = data_path("models", "base", "tokenizer.json").read_text(encoding="utf-8")
     assert (tmp_path / "tokenizer.json").read_text(encoding="utf-8") == shipped_text
 
 
 def test_shipped_tokenizer_compresses_shakespeare(shipped):
+    """The spaced pre-split keeps spaces out of words, so Shakespeare takes more tokens than with
+    GPT-4's (about 2.25 bytes a token against 3.3); every byte still round-trips."""
     heldout = data_path("corpus", "heldout.txt").read_text(encoding="utf-8")
     ids = shipped.encode(heldout, allowed_special="all")
-    assert 2.8 < len(heldout.encode("utf-8")) / len(ids) < 4.0
+    assert 2.0 < len(heldout.encode("utf-8")) / len(ids) < 2.6
     assert shipped.decode(ids) == heldout
 
 

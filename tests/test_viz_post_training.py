@@ -79,28 +79,39 @@ def write_log(path, records):
 
 
 def test_stage_logs_come_in_stage_order(tmp_path):
-    for name, last in (("sft", 10), ("sft2", 20), ("sft10", 30)):
-        write_log(tmp_path / f"{name}_log.jsonl", [{"kind": "eval", "step": 0, "heldout_loss": 5.0},
-                                                  {"kind": "train", "step": last, "loss": 1.0}])
-    write_log(tmp_path / "dpo_log.jsonl", [{"kind": "train", "step": 1, "loss": 0.7}])
-    stages = viz.stage_logs(tmp_path)
-    assert [name for name, _ in stages] == ["sft stage 1", "sft stage 2", "sft stage 10"]  # numeric, not "sft10" < "sft2"
-    assert [log[-1]["step"] for _, log in stages] == [10, 20, 30]
-    assert [name for name, _ in viz.stage_logs(tmp_path, stage="dpo")] == ["dpo stage 1"]
+    for model, stage, last in (("skills", "sft_skills", 10), ("chat", "sft_polish", 20), ("chat", "dpo", 30)):
+        (tmp_path / model / "stages" / stage).mkdir(parents=True)
+        write_log(tmp_path / model / "stages" / stage / "train_log.jsonl",
+                  [{"kind": "eval", "step": 0, "heldout_loss": 5.0}, {"kind": "train", "step": last, "loss": 1.0}])
+    stages = viz.stage_logs(models=tmp_path)
+    assert [name for name, _ in stages] == ["sft_skills", "sft_polish"]  # the recipe's order, whichever model holds them
+    assert [log[-1]["step"] for _, log in stages] == [10, 20]
+    assert [log[-1]["step"] for _, log in viz.stage_logs(["dpo"], models=tmp_path)] == [30]
     fig = viz.plot_stage_logs(stages)
     assert_titled_and_labelled(fig, every_panel=True)
     starts = [line.get_xdata()[0] for line in fig.axes[0].lines if "training" in line.get_label()]
-    assert starts == [10, 10 + 20, 10 + 20 + 30]  # each stage's steps continue after the one before
-    with pytest.raises(FileNotFoundError, match="python -m llmkit finetune"):
-        viz.stage_logs(tmp_path / "..", stage="nothing")
+    assert starts == [10, 10 + 20]  # each stage's steps continue after the one before
+    fig.canvas.draw()
+    panel = fig.axes[0]
+    assert panel.get_legend().get_window_extent().x0 >= panel.get_window_extent().x1  # beside the curves, not on them
+    with pytest.raises(FileNotFoundError, match="make models"):
+        viz.stage_logs(["nothing"], models=tmp_path)
 
 
 def test_committed_logs_read_and_plot():
     stages = viz.stage_logs()
-    assert stages and all(any(r["kind"] == "train" for r in log) for _, log in stages)
-    assert stages[0][1][0] == {"kind": "eval", "step": 0, "heldout_loss": stages[0][1][0]["heldout_loss"]}
-    dpo = viz.stage_logs(stage="dpo")[0][1]
+    assert [name for name, _ in stages] == ["sft_skills", "sft_polish"]
+    assert all(any(r["kind"] == "train" for r in log) and any(r["kind"] == "eval" for r in log) for _, log in stages)
+    dpo = viz.stage_logs(["dpo"])[0][1]
     assert_titled_and_labelled(viz.plot_dpo_log(dpo), every_panel=True)
+
+
+def test_probe_rows_read_each_stages_last_probe():
+    rows = viz.probe_rows()
+    assert [row["stage"] for row in rows] == ["sft_polish", "dpo"]
+    done = json.loads(data_path("models", "chat", "stages", "dpo", "done.json").read_text())
+    assert rows[1]["right_tool"] == done["figures"]["probe"]["unseen_phrasings_and_tools"]["right_tool"]
+    assert all(0.0 <= row[m] <= 1.0 for row in rows for m in viz.SKILL_METRICS)
 
 
 # ---------------------------------------------------------------------------------------------- DPO
@@ -131,15 +142,16 @@ def test_pair_rewards_agree_with_the_dpo_loss(tokenizer, tiny_llama):
 
 
 # ---------------------------------------------------------------------------------------------- tables
-def test_evals_rows_keep_only_model_scores():
+def test_evals_rows_are_the_three_splits_in_order():
     rows = viz.evals_rows()
     committed = json.loads(data_path("models", "chat", "evals.json").read_text())
-    assert {"base", "chat"} <= {row["name"] for row in rows}
-    assert all(isinstance(committed[row["name"]], dict) for row in rows) and "command" not in {r["name"] for r in rows}
+    assert [row["split"] for row in rows] == ["seen", "unseen_values", "unseen_phrasings_and_tools"]
     for row in rows:
-        assert row["tool_call_valid"] == committed[row["name"]]["tool_call_valid"]
-    made_up = {"note": "text", "m": {"model": "x", "tool_call_valid": 0.5}, "other": {"loss": 1.0}}
-    assert viz.evals_rows(made_up, metrics=["tool_call_valid"]) == [{"name": "m", "model": "x", "tool_call_valid": 0.5}]
+        assert all(row[m] == committed[row["split"]][m] for m in viz.SKILL_METRICS)
+    made_up = {split: {"right_tool": 0.5, "loss": 1.0} for split in viz.EVAL_SPLITS}
+    assert viz.evals_rows(made_up, metrics=["right_tool"])[0] == {"split": "seen", "right_tool": 0.5}
+    with pytest.raises(ValueError, match="unseen_values"):
+        viz.evals_rows({"seen": {}})
 
 
 def test_format_table_aligns_rounds_and_shortens_for_display_only():

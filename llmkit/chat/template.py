@@ -121,9 +121,9 @@ def tool_line(definition: dict) -> str:
     ``"a"|"b"`` for an enum, ``= default`` or ``?`` when it may be left out. A schema with anything this
     notation can't say (nested objects, numeric limits, ...) is written as compact JSON instead.
     The summary is the description's first sentence. Parameter descriptions and the rest of the
-    description are left out on purpose: the course model has a 256-token context, and a weather
-    conversation (question, call, a 77-token result, answer) must still fit beside its tool. A
-    model with a longer context would be shown everything.
+    description are left out on purpose: a small model's window is short (the first course model
+    read 256 tokens; today's reads 1,024), and several tools, a long result and the history must
+    fit beside each other. The model learns the tools from this form, so it stays the same.
     """
     definition = check_tool(definition, "tool")
     return f"{definition['name']}({signature(definition['input_schema'])}): {summary(definition['description'])}"

@@ -188,7 +188,8 @@ def has_text(message: dict) -> bool:
 def offer(rng: random.Random, needed, *, others: bool = True) -> list[dict]:
     """The needed tool plus, at random, some of the other example tools (in their usual order), so
     the model learns to pick the right one. get_weather comes only with weather questions, alone:
-    its result is long, and with more tools the conversation would not fit 256 tokens."""
+    its result is long, and with more tools the conversation would not fit the first course model's
+    256 tokens (this data is kept as it was; the skill data, ``llmkit.course.skills``, offers 1-5 tools)."""
     chosen = [t for t in EXAMPLE_TOOLS if t is needed or (others and t is not get_weather and rng.random() < 0.5)]
     return [t.definition() for t in chosen]
 

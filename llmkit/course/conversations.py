@@ -2,7 +2,8 @@
 
 A base model only continues text. Supervised fine-tuning shows it conversations in the chat
 template until it writes the assistant's part by itself, so these conversations *are* the
-behaviours we want, each one small enough to fit the course model's 256-token context:
+behaviours we want, each one small enough to fit the first course model's 256-token context
+(the recipe's skill data, ``llmkit.course.skills``, composes longer and more varied ones):
 
 - weather:    "Will it rain in Pune tomorrow?" -> think (a forecast can't be in the training data)
               -> call get_weather -> answer with the result's chance of rain and umbrella advice
@@ -192,7 +193,7 @@ def _no_tool(rng: random.Random, split: str) -> Conversation:
 
 
 REACT_TASKS = ("weather", "letters", "arithmetic")
-# Beside the ReAct instructions, the longest weather question would not fit 256 tokens.
+# Beside the ReAct instructions, the longest weather question would not fit the first model's 256 tokens.
 REACT_WEATHER_QUESTIONS = tuple(q for q in WEATHER_QUESTIONS if "Should I take an umbrella" not in q)
 
 

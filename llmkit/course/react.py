@@ -50,8 +50,8 @@ TEMPERATURES = (0.7, 1.0, 1.5)  # what the command line measures
 def react_instructions(tools: Iterable[Tool | dict] = EXAMPLE_TOOLS) -> str:
     """The system prompt of the ReAct protocol: the format, then one ``name(arg: type, ...)`` line per tool.
 
-    Kept short on purpose: the course model reads 256 tokens, and a weather conversation (question,
-    thought, action, a 79-token observation, answer) must still fit beside it. So defaults are left
+    Kept short on purpose: it was written for the first course model's 256-token window, where a
+    weather conversation (question, thought, action, a 79-token observation, answer) had to fit beside it. So defaults are left
     out of the signatures; ``?`` marks an argument that may be left out.
     """
     lines = []

@@ -81,7 +81,7 @@ def get_weather(city: str, day: Literal["today", "tomorrow"] = "today") -> dict:
     }
 
 
-SEARCH_RESULTS = 2  # hits web_search returns: two titles and snippets fit beside a conversation in 256 tokens
+SEARCH_RESULTS = 2  # hits web_search returns: two titles and snippets, short enough for a small model's window
 
 
 @tool(server=True)

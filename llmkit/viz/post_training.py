@@ -2,9 +2,10 @@
 pair, the held-out evals, and the strawberry experiment.
 
 Everything here reads what ``llmkit`` computed or what the training scripts committed to
-``data/`` (``data/models/chat/*_log.jsonl``, ``evals.json``, ``data/strawberry/results*.json``),
+``data/`` (the recipe's stage logs ``data/models/*/stages/<stage>/``, ``data/models/chat/evals.json``,
+``data/strawberry/results*.json``),
 so a notebook re-executed after the chat model is retrained shows the new numbers without edits.
-Functions that return data (``one_turn``, ``stage_logs``, ``pair_rewards``, ``evals_rows``,
+Functions that return data (``one_turn``, ``stage_logs``, ``pair_rewards``, ``evals_rows``, ``probe_rows``,
 ``strawberry_rows``) are testable without a display; the plots and widgets only draw them.
 """
 from __future__ import annotations
@@ -28,8 +29,6 @@ from llmkit.model.transformer import Transformer
 from llmkit.paths import data_path
 from llmkit.training.checkpoint import read_log
 
-EVAL_METRICS = ("tool_call_valid", "tool_args_exact", "answer_consistent", "memory", "no_invention",
-                "mean_output_tokens")
 
 
 # ---------------------------------------------------------------------------------------------- replies
@@ -110,30 +109,33 @@ def model_comparer(models: Mapping[str, Transformer], tokenizer, prompts: Mappin
 
 
 # ---------------------------------------------------------------------------------------------- logs
-def stage_logs(folder: str | Path | None = None, stage: str = "sft") -> list[tuple[str, list[dict]]]:
-    """The logs of a multi-stage run, in order: ``sft_log.jsonl``, ``sft2_log.jsonl``, ...
+CHAT_STAGES = ("sft_skills", "sft_polish")  # the recipe's SFT stages, in order, that made the chat model
+
+
+def stage_logs(stages: Sequence[str] = CHAT_STAGES, models: str | Path | None = None) -> list[tuple[str, list[dict]]]:
+    """The training logs of the recipe ``stages``, in order: ``<model>/stages/<stage>/train_log.jsonl``.
 
     Each stage started from the weights the one before it ended with, so together they are one
-    training history. ``folder`` defaults to the shipped chat model's.
+    training history. The shipped models keep their stages' logs (``data/models/skills`` holds
+    ``sft_skills``, ``data/models/chat`` the stages after it); ``models`` is the folder they are in.
     """
-    folder = Path(folder) if folder is not None else data_path("models", "chat")
-    pattern = re.compile(rf"{re.escape(stage)}(\d*)_log\.jsonl")
+    models = Path(models) if models is not None else data_path("models")
     found = []
-    for path in folder.iterdir():
-        match = pattern.fullmatch(path.name)
-        if match:
-            found.append((int(match.group(1) or 1), path))
-    if not found:
-        raise FileNotFoundError(f"no {stage}_log.jsonl (or {stage}2_log.jsonl, ...) in {folder}; "
-                                f"run `python -m llmkit finetune {stage} --config ...` first")
-    return [(f"{stage} stage {number}", read_log(path)) for number, path in sorted(found)]
+    for stage in stages:
+        paths = sorted(models.glob(f"*/stages/{stage}/train_log.jsonl"))
+        if not paths:
+            raise FileNotFoundError(f"no model in {models} keeps the log of stage {stage!r} "
+                                    f"(stages/{stage}/train_log.jsonl); run `make models` to make it")
+        found.append((stage, read_log(paths[0])))
+    return found
 
 
 def plot_stage_logs(stages: Sequence[tuple[str, list[dict]]], title: str = "Supervised fine-tuning: loss"):
-    """Training and held-out loss of each stage, end to end (the steps count on across stages)."""
+    """Training and held-out loss of each stage, end to end (the steps count on across stages); the
+    legend sits to the right of the plot, so it covers no curve."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 3.8))
+    fig, ax = plt.subplots(figsize=(11, 3.8))
     offset = 0
     for index, (name, log) in enumerate(stages):
         colour = f"C{index}"
@@ -151,7 +153,7 @@ def plot_stage_logs(stages: Sequence[tuple[str, list[dict]]], title: str = "Supe
     losses = [r[k] for _, log in stages for r in log for k in ("loss", "heldout_loss") if k in r]
     if losses and max(losses) > 20 * min(losses):  # a long run falls by orders of magnitude
         ax.set_yscale("log")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot: it never hides a curve
     fig.tight_layout()
     return fig
 
@@ -220,14 +222,37 @@ def _last_question(messages: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- evals
-def evals_rows(evals: Mapping | None = None, metrics: Sequence[str] = EVAL_METRICS) -> list[dict]:
-    """One row per model in ``evals.json`` (default: the shipped one): its name, what it is, and
-    ``metrics``. Entries that are not a model's scores (the command, extra experiments without
-    them) are left out."""
+SKILL_METRICS = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention",
+                 "memory")
+EVAL_SPLITS = ("seen", "unseen_values", "unseen_phrasings_and_tools")
+
+
+def evals_rows(evals: Mapping | None = None, metrics: Sequence[str] = SKILL_METRICS) -> list[dict]:
+    """One row per split of ``evals.json`` (default: the shipped chat model's), in the order seen,
+    unseen values, unseen phrasings and tools: ``split`` and each of ``metrics``. Read across the
+    rows: what the model does on requests worded like its training ones, and on ones it never saw."""
     if evals is None:
         evals = json.loads(data_path("models", "chat", "evals.json").read_text(encoding="utf-8"))
-    return [{"name": name, "model": entry.get("model", name), **{m: entry.get(m) for m in metrics}}
-            for name, entry in evals.items() if isinstance(entry, dict) and "tool_call_valid" in entry]
+    missing = [split for split in EVAL_SPLITS if split not in evals]
+    if missing:
+        raise ValueError(f"the evals have no {', '.join(missing)} split; they come from the recipe's evals stage "
+                         f"(python -m llmkit evals --model chat --json)")
+    return [{"split": split, **{m: evals[split].get(m) for m in metrics}} for split in EVAL_SPLITS]
+
+
+def probe_rows(stages: Sequence[str] = ("sft_polish", "dpo"), split: str = "unseen_phrasings_and_tools",
+               metrics: Sequence[str] = SKILL_METRICS, models: str | Path | None = None) -> list[dict]:
+    """The skill probe each recipe stage ran at its end (``done.json``; a few greedy conversations
+    per kind), one row per stage: how a stage moved the behaviour, not only its loss."""
+    models = Path(models) if models is not None else data_path("models")
+    rows = []
+    for stage in stages:
+        paths = sorted(models.glob(f"*/stages/{stage}/done.json"))
+        if not paths:
+            raise FileNotFoundError(f"no model in {models} keeps stage {stage!r}; run `make models` to make it")
+        probe = json.loads(paths[0].read_text(encoding="utf-8"))["figures"]["probe"][split]
+        rows.append({"stage": stage, **{m: probe.get(m) for m in metrics}})
+    return rows
 
 
 def format_table(rows: Sequence[Mapping], columns: Sequence[str], *, width: int = 28) -> str:
