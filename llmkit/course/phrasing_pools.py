@@ -33,6 +33,12 @@ class Pieces:
     wider_arg_styles: list[str] = field(default_factory=list)
     wider_arg_joiners: list[str] = field(default_factory=list)
 
+    def argument_ways(self, wider: bool) -> tuple[list[str], list[str]]:
+        """The styles and joiners arguments are said in: the wider ones only where asked for."""
+        if not wider:
+            return self.arg_styles, self.arg_joiners
+        return self.arg_styles + self.wider_arg_styles, self.arg_joiners + self.wider_arg_joiners
+
 
 TRAIN = Pieces(
     forms={
@@ -285,3 +291,14 @@ HELDOUT = Pieces(
              "Our neighbour sells {thing}.", "Forget the {thing} and the {thing}.", "Heard a podcast on {thing}.",
              "Stuck behind a {thing} truck.", "Grandma knits {thing} covers."],
 )
+
+# Values and replies the skill conversations use as they are (``llmkit.course.skills``).
+PLAYS = ["Hamlet", "Macbeth", "Othello", "King Lear", "Romeo and Juliet", "The Tempest", "Twelfth Night",
+         "Much Ado About Nothing", "As You Like It", "Julius Caesar", "Coriolanus", "Cymbeline", "Henry V",
+         "Richard III", "The Winter's Tale", "Measure for Measure", "Titus Andronicus", "Pericles"]
+CHITCHAT_ANSWERS = {
+    "greet": ["Hello! How can I help?", "Hi! What can I do for you?"],
+    "thanks": ["You're welcome!", "Glad to help."],
+    "abilities": ["I'm a small language model: I answer in text and call the tools I'm offered. "
+                  "I don't remember other chats."],
+}

@@ -30,7 +30,7 @@ from llmkit.chat.template import Rendered, render
 from llmkit.chat.tools import Tool, run_tool_call
 from llmkit.course.lookups import call_note, lookup_note, lookup_weights
 from llmkit.course.phrasing import fill, template
-from llmkit.course.phrasing_pools import HELDOUT, TRAIN
+from llmkit.course.phrasing_pools import CHITCHAT_ANSWERS, HELDOUT, PLAYS, TRAIN
 from llmkit.course.toolgen import GenTool, chatter_word, draw_arguments, make_tool, say_arguments
 from llmkit.course.tools import calculator, count_letters, get_weather, web_search
 from llmkit.course.values import DAYS, draw, value_split
@@ -45,15 +45,6 @@ MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 8, "chitc
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
 SYSTEM_PROMPTS = [None, "You are a helpful assistant.", "You are a helpful assistant. Answer briefly.",
                   "Use a tool when one fits; otherwise answer directly."]
-PLAYS = ["Hamlet", "Macbeth", "Othello", "King Lear", "Romeo and Juliet", "The Tempest", "Twelfth Night",
-         "Much Ado About Nothing", "As You Like It", "Julius Caesar", "Coriolanus", "Cymbeline", "Henry V",
-         "Richard III", "The Winter's Tale", "Measure for Measure", "Titus Andronicus", "Pericles"]
-CHITCHAT_ANSWERS = {
-    "greet": ["Hello! How can I help?", "Hi! What can I do for you?"],
-    "thanks": ["You're welcome!", "Glad to help."],
-    "abilities": ["I'm a small language model: I answer in text and call the tools I'm offered. "
-                  "I don't remember other chats."],
-}
 UMBRELLA_FROM_PERCENT = 50
 
 
@@ -121,8 +112,7 @@ class _Builder:
     """The state one conversation is built with: its random stream and its three splits."""
 
     def __init__(self, rng: random.Random, split: str, invent_every_word: bool = True, wider: bool = False):
-        self.rng, self.split, self.invent_every_word, self.calls = rng, split, invent_every_word, 0
-        self.wider = wider
+        self.rng, self.split, self.invent_every_word, self.wider, self.calls = rng, split, invent_every_word, wider, 0
         self.phrasing, self.tool_split, self.value_split = splits_of(split)
         self.pieces = TRAIN if self.phrasing == "train" else HELDOUT
 
@@ -130,13 +120,6 @@ class _Builder:
         skill = self.invent_every_word  # False: the corpus's dialogues, whose text must stay what the base learned
         return fill(template(self.rng, intent, self.phrasing, later_forms=skill, wider=self.wider,
                              chatter=(lambda: chatter_word(self.rng, self.tool_split)) if skill else None), values)
-
-    def argument_ways(self) -> tuple[list[str], list[str]]:
-        """The styles and joiners arguments are said in: the wider ones only where asked for."""
-        p = self.pieces
-        if not self.wider:
-            return p.arg_styles, p.arg_joiners
-        return p.arg_styles + p.wider_arg_styles, p.arg_joiners + p.wider_arg_joiners
 
     def thinking(self, text: str, *, always: bool = False) -> list[dict]:
         """A thinking block half the time, or ``always`` (drawn either way, so later draws do not shift)."""
@@ -200,7 +183,7 @@ class Request:
 def _subject_request(b: _Builder, tool: GenTool) -> Request:
     arguments = draw_arguments(b.rng, tool, b.value_split)
     if tool.params:
-        args = say_arguments(b.rng, tool, arguments, *b.argument_ways())
+        args = say_arguments(b.rng, tool, arguments, *b.pieces.argument_ways(b.wider))
         text = b.say("tool", subject=tool.subject, args=args)
     else:
         text = b.say("tool_bare", subject=tool.subject)
