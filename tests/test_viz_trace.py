@@ -238,3 +238,17 @@ def test_a_tool_result_is_shown_as_the_tokens_the_model_reads(tokenizer):
     assert pieces[0] == "<|tool_result|>" and pieces[-2:] == ["<|end_tool_result|>", "<|assistant|>"]
     assert "".join(pieces[1:-2]) == block["content"].replace(" ", "␣")  # spaces shown as a visible mark
     assert len(pieces) == len(tokenizer.encode(block["content"])) + 3
+
+
+def test_without_ids_compares_runs_block_for_block():
+    from llmkit.viz.trace import without_ids
+
+    def run(call_id: str, city: str) -> list[dict]:
+        return [{"role": "user", "content": "Rain in Pune?"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "get_weather",
+                                                   "input": {"city": city}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "31%"}]}]
+
+    assert without_ids(run("toolu_1", "Pune")) == without_ids(run("toolu_7", "Pune"))  # only the ids differ
+    assert without_ids(run("toolu_1", "Pune")) != without_ids(run("toolu_1", "Puna"))  # what the model wrote differs
+    assert without_ids(run("toolu_1", "Pune"))[0] == "Rain in Pune?"

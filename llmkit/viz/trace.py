@@ -125,6 +125,14 @@ def event_story(event: Event) -> str:
     return f"{event.kind}: " + ", ".join(f"{key}={value}" for key, value in d.items())
 
 
+def without_ids(messages: list[dict]) -> list:
+    """The messages as the model wrote them, less the ids the client gives each tool call (new on
+    every run), so two runs of the same conversation can be compared block for block."""
+    return [[{key: value for key, value in block.items() if key not in ("id", "tool_use_id")}
+             for block in message["content"]] if isinstance(message["content"], list) else message["content"]
+            for message in messages]
+
+
 def result_tokens(tokenizer, block: dict) -> list[str]:
     """A tool result as the model reads it: one readable piece per token, from the result marker
     through the content to the ``<|assistant|>`` header after which the model writes again. A
