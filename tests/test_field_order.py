@@ -152,3 +152,18 @@ def test_a_quick_run_writes_results_with_both_fractions(tiny_base, tmp_path):
         assert (tmp_path / "runs" / order / "model" / "model.safetensors").is_file()
     assert results["effect"] == pytest.approx(results["evidence_first"] - results["conclusion_first"], abs=1e-3)
     assert "--quick" in results["command"]
+
+
+def test_the_committed_results_are_consistent_with_their_replies():
+    """data/experiments/field_order/results.json: the keys the issue names, fractions of n, the effect
+    their difference, and every stored reply scored the way score_reply scores it."""
+    results = json.loads((REPO / "data" / "experiments" / "field_order" / "results.json").read_text())
+    assert results["n"] >= 100
+    for order in ORDERS:
+        accuracy = results[order]
+        assert 0 <= accuracy <= 1 and abs(accuracy * results["n"] - round(accuracy * results["n"])) < 1e-6
+        for reply in results["details"][order]["replies"]:
+            assert reply["true_total"] == sum(reply["numbers"])
+            assert reply["correct"] == (reply["total"] == reply["true_total"])
+            assert reply["running_right"] == (reply["running"] == running_sums(reply["numbers"]))
+    assert results["effect"] == pytest.approx(results["evidence_first"] - results["conclusion_first"], abs=1e-3)

@@ -192,3 +192,27 @@ def test_plot_invalid_calls_draws_two_segments_per_bar():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0.7", "1"]
     with pytest.raises(ValueError, match="empty"):
         viz.plot_invalid_calls([])
+
+
+FIELD_ORDER = {"n": 20, "evidence_first": 0.9, "conclusion_first": 0.35, "guess_most_common_total": 0.1,
+               "details": {order: {"running_right": right, "agrees_with_own_running": agrees, "mean_output_tokens": 41.0}
+                           for order, right, agrees in (("evidence_first", 0.85, 0.95),
+                                                        ("conclusion_first", 0.8, 0.4))}}
+
+
+def test_field_order_lines_state_the_figures(tmp_path):
+    lines = viz.field_order_lines(FIELD_ORDER)
+    assert "total right  18 of 20 (90%)" in lines[0] and "running sums all right 85%" in lines[0]
+    assert "total right   7 of 20 (35%)" in lines[1] and "its own last sum 40%" in lines[1]
+    assert lines[2].startswith("evidence first minus conclusion first: +55%") and "10%" in lines[2]
+    partial = tmp_path / "results.json"
+    partial.write_text(json.dumps({"n": 3}))
+    with pytest.raises(ValueError, match="build.py"):
+        viz.read_field_order(partial)
+
+
+def test_plot_field_order_draws_one_bar_per_order():
+    fig = viz.plot_field_order(FIELD_ORDER)
+    ax = fig.axes[0]
+    assert [round(p.get_height(), 2) for p in ax.patches] == [0.9, 0.35]
+    assert ax.get_title() and ax.get_xlabel() and "of 20" in ax.get_ylabel()

@@ -14,6 +14,9 @@ how often each way of calling a tool leaves the harness nothing it can run.
 - ``invalid_call_rows``, ``format_invalid_calls`` and ``plot_invalid_calls`` put the measurements of
   the ReAct text protocol (``python -m llmkit react``) beside those of structured calls with and
   without constrained decoding (``python -m llmkit evals --tool-call-validity``).
+- ``read_field_order``, ``field_order_lines`` and ``plot_field_order`` show the field-order
+  experiment (``data/experiments/field_order/``): the same sums reported with the evidence before
+  the conclusion or after it.
 """
 from __future__ import annotations
 
@@ -286,5 +289,61 @@ def plot_invalid_calls(rows: Sequence[Mapping], title: str = "Replies that gave 
     handles += [Patch(facecolor="grey", label="a call that cannot be run"),
                 Patch(facecolor="grey", alpha=0.35, hatch="//", label="no call at all")]
     ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- field order
+FIELD_ORDER_LABELS = {"evidence_first": "running sums, then total", "conclusion_first": "total, then running sums"}
+
+
+def read_field_order(path=None) -> dict:
+    """The field-order experiment's results (``data/experiments/field_order/results.json``)."""
+    import json
+
+    from llmkit.paths import data_path
+
+    source = path or data_path("experiments", "field_order", "results.json")
+    results = json.loads(open(source, encoding="utf-8").read())
+    for key in ("n", "evidence_first", "conclusion_first", "guess_most_common_total", "details"):
+        if key not in results:
+            raise ValueError(f"{source} has no {key!r}: rebuild it with "
+                             f"python data/experiments/field_order/build.py")
+    return results
+
+
+def field_order_lines(results: Mapping) -> list[str]:
+    """The experiment's outcome as sentences built from its figures, one per variant and one for
+    the difference, so a notebook's prose can point at printed numbers."""
+    n, details = results["n"], results["details"]
+    lines = []
+    for order, label in FIELD_ORDER_LABELS.items():
+        d = details[order]
+        lines.append(f"{label:<26} total right {round(results[order] * n):>3} of {n} ({results[order]:.0%}); "
+                     f"running sums all right {d['running_right']:.0%}; total equal to its own last sum "
+                     f"{d['agrees_with_own_running']:.0%}; {d['mean_output_tokens']:.0f} output tokens on average")
+    effect = results["evidence_first"] - results["conclusion_first"]
+    lines.append(f"evidence first minus conclusion first: {effect:+.0%} "
+                 f"(always guessing the commonest total: {results['guess_most_common_total']:.0%})")
+    return lines
+
+
+def plot_field_order(results: Mapping, title: str = "The same sums, two field orders"):
+    """Bars: the share of held-out totals right for each field order, against guessing."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    labels = list(FIELD_ORDER_LABELS.values())
+    scores = [results[order] for order in FIELD_ORDER_LABELS]
+    bars = ax.bar(labels, scores, color=["tab:green", "tab:red"], width=0.55)
+    for bar, score in zip(bars, scores):
+        ax.text(bar.get_x() + bar.get_width() / 2, score + 0.02, f"{score:.0%}", ha="center", va="bottom")
+    ax.axhline(results["guess_most_common_total"], color="grey", ls=":", lw=1,
+               label="always the commonest total")
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel(f"totals right (of {results['n']} held-out sums)")
+    ax.set_xlabel("order of the fields in the report_total call")
+    ax.set_title(title)
+    ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     return fig
