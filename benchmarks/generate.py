@@ -2,6 +2,7 @@
 
     python benchmarks/generate.py                # a few minutes on 2 CPU cores
     python benchmarks/generate.py --threads 1
+    python benchmarks/generate.py --prompt-caching-only   # the 10-turn race alone
 
 Prints, side by side and as ratios:
   * decode speed: llmkit ``generate`` vs ``GPT2LMHeadModel.generate`` on the same weights (CPU,
@@ -149,7 +150,7 @@ def prefill_vs_decode(ours: Transformer, hf, repeats: int) -> None:
 
 def conversation_models() -> list[tuple[Transformer, str]]:
     """The shipped base model if it is built, else a random 6 x 384 Llama. A model whose context is
-    short (the shipped one has 256 positions) is joined by a random model of the same width and
+    short (an older shipped one had 256 positions) is joined by a random model of the same width and
     depth with 1024 positions: with a short context the whole history stays small, and the fixed
     cost of one forward pass hides the saving."""
     if (DATA_DIR / "models" / "base" / "model.safetensors").exists():
@@ -265,6 +266,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement (best is kept)")
+    parser.add_argument("--prompt-caching-only", action="store_true",
+                        help="only the 10-turn prompt-caching race on the shipped model (a minute or two)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     import transformers
@@ -273,9 +276,10 @@ def main() -> None:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} CPU thread(s), "
           f"{os.cpu_count()} cores, load average {load}")
     transformers.logging.set_verbosity_error()
-    decode_speed(args.repeats)
-    ours, hf = cache_speedup(args.repeats)
-    prefill_vs_decode(ours, hf, args.repeats)
+    if not args.prompt_caching_only:
+        decode_speed(args.repeats)
+        ours, hf = cache_speedup(args.repeats)
+        prefill_vs_decode(ours, hf, args.repeats)
     for model, where in conversation_models():
         prompt_caching(model, where, args.repeats)
 

@@ -208,3 +208,24 @@ def test_conversation_explorer_redraws_for_kind_and_example(tokenizer):
     assert picture.value not in seen and "get_weather" in picture.value
     with pytest.raises(ValueError, match="kind must be one of"):
         chat_viz.conversation_explorer(tokenizer, kind="poetry")
+
+
+def test_strawberry_experiment_rows_take_each_scored_format(tmp_path):
+    item = {"word": "kiwi", "letter": "i", "count": 2, "output": "kiwi has 2 i's.", "correct": True}
+    results = {"settings": {"steps": 2500, "format_steps": 400},
+               "heldout": {"spelling_alone": 0.5, "direct": 0.25, "spelled": None},
+               "heldout_real_words": {"spelling_alone": 0.75, "direct": 0.5},
+               "heldout_invented_words": {"spelling_alone": 0.25, "direct": 0.0},
+               "mean_output_tokens": {"spelling_alone": 9.0, "direct": 6.5},
+               "items": {"spell": [item], "direct": [item, item]}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    rows = viz.strawberry_experiment_rows(path)
+    assert [(r["format"], r["steps"], r["accuracy"]) for r in rows] == [("direct", 400, 0.25), ("spell", 2500, 0.5)]
+    assert rows[0]["accuracy_real_words"] == 0.5 and len(rows[0]["items"]) == 2
+    fig = viz.plot_strawberry(rows, baseline=0.4)
+    assert [round(p.get_height(), 2) for p in fig.axes[0].patches] == [0.25, 0.5]
+    results["heldout"] = {"spelling_alone": None}
+    path.write_text(json.dumps(results))
+    with pytest.raises(ValueError, match="build.py"):
+        viz.strawberry_experiment_rows(path)

@@ -300,11 +300,12 @@ FIELD_ORDER_LABELS = {"evidence_first": "running sums, then total", "conclusion_
 def read_field_order(path=None) -> dict:
     """The field-order experiment's results (``data/experiments/field_order/results.json``)."""
     import json
+    from pathlib import Path
 
     from llmkit.paths import data_path
 
-    source = path or data_path("experiments", "field_order", "results.json")
-    results = json.loads(open(source, encoding="utf-8").read())
+    source = Path(path) if path is not None else data_path("experiments", "field_order", "results.json")
+    results = json.loads(source.read_text(encoding="utf-8"))
     for key in ("n", "evidence_first", "conclusion_first", "guess_most_common_total", "details"):
         if key not in results:
             raise ValueError(f"{source} has no {key!r}: rebuild it with "

@@ -3,10 +3,10 @@ pair, the held-out evals, and the strawberry experiment.
 
 Everything here reads what ``llmkit`` computed or what the training scripts committed to
 ``data/`` (the recipe's stage logs ``data/models/*/stages/<stage>/``, ``data/models/chat/evals.json``,
-``data/strawberry/results*.json``),
+``data/strawberry/results*.json``, ``data/experiments/strawberry/results.json``),
 so a notebook re-executed after the chat model is retrained shows the new numbers without edits.
 Functions that return data (``one_turn``, ``stage_logs``, ``pair_rewards``, ``evals_rows``, ``probe_rows``,
-``strawberry_rows``) are testable without a display; the plots and widgets only draw them.
+``strawberry_rows``, ``strawberry_experiment_rows``) are testable without a display; the plots and widgets only draw them.
 """
 from __future__ import annotations
 
@@ -288,6 +288,27 @@ def strawberry_rows(folder: str | Path | None = None) -> list[dict]:
         raise FileNotFoundError(f"no results*.json in {folder}; run `python data/build_strawberry.py` first")
     order = {fmt: i for i, fmt in enumerate(STRAWBERRY_FORMATS)}
     return sorted(rows, key=lambda r: (order.get(r["format"], len(order)), r["steps"]))
+
+
+def strawberry_experiment_rows(path: str | Path | None = None) -> list[dict]:
+    """The second strawberry experiment, from a model taught to spell first
+    (``data/experiments/strawberry/results.json``), as rows shaped like ``strawberry_rows``': one per
+    format it has scored so far, ``spell`` being the speller asked to spell the held-out words."""
+    path = Path(path) if path is not None else data_path("experiments", "strawberry", "results.json")
+    results = json.loads(path.read_text(encoding="utf-8"))
+    settings, rows = results["settings"], []
+    for fmt in STRAWBERRY_FORMATS:
+        key = "spelling_alone" if fmt == "spell" else fmt
+        if results["heldout"].get(key) is None:
+            continue  # that stage has not run yet
+        rows.append({"format": fmt, "steps": settings["steps" if fmt == "spell" else "format_steps"],
+                     "accuracy": results["heldout"][key],
+                     "accuracy_real_words": results["heldout_real_words"][key],
+                     "accuracy_invented_words": results["heldout_invented_words"][key],
+                     "mean_output_tokens": results["mean_output_tokens"][key], "items": results["items"][fmt]})
+    if not rows:
+        raise ValueError(f"{path} holds no scored format yet; run python data/experiments/strawberry/build.py")
+    return rows
 
 
 def most_common_count_accuracy(items: Sequence[Mapping]) -> float:
