@@ -98,7 +98,8 @@ def main() -> None:
                   f"pool: {kv['pool_mib']:.1f} MiB ({kv['total']} blocks)")
     finally:
         server.stop()
-        print(f"\nSIGTERM: the server finished and stopped (exit status {server.process.returncode})")
+        print(f"\nSIGTERM: the server finished and stopped (exit status {server.process.returncode}: uvicorn "
+              f"re-raises the signal once it has drained)")
     if args.engine_only:
         engine_only(args, questions)
 

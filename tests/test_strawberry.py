@@ -161,3 +161,20 @@ def test_a_quick_run_writes_the_results(tmp_path):
     again = json.loads(out.read_text(encoding="utf-8"))
     assert set(again["train_seconds"].values()) == {0.0}
     assert again["heldout"] == results["heldout"]  # greedy scoring of the same models
+
+
+def test_the_committed_results_match_their_items():
+    """data/experiments/strawberry/results.json: the keys issue 14 names, every accuracy recomputed from
+    the stored items, each item's count the true count, and the baseline from the counts asked."""
+    results = json.loads(data_path("experiments", "strawberry", "results.json").read_text(encoding="utf-8"))
+    name = {"spell": "spelling_alone"}
+    assert set(results["heldout"]) == {"direct", "spelled", "tool", "spelling_alone"}
+    for fmt, items in results["items"].items():
+        assert results["heldout"][name.get(fmt, fmt)] == strawberry.accuracy(items)
+        for item in items:
+            if fmt != "spell":
+                assert item["count"] == strawberry.count_letters(item["word"], item["letter"])
+    counts = [item["count"] for item in results["items"]["direct"]]
+    assert len(counts) == results["n"]
+    assert results["most_common_answer_baseline"] == strawberry.most_common_answer_share(counts)
+    assert set(results["mean_output_tokens"]) == set(results["heldout"])
