@@ -42,8 +42,14 @@ def start_processes(device_name: str) -> Processes:
     return Processes(device, rank, world_size)
 
 
-def stop_processes(procs: Processes) -> None:
+def stop_processes(procs: Processes, *, finished: bool = True) -> None:
+    """Leave the process group. After a finished run every process first waits for the others:
+    otherwise one that is done early can tear its gloo connections down under a peer still using
+    them, and the peer aborts ("terminate called without an active exception"). After an error there
+    is no waiting, since the other processes may never arrive."""
     if procs.world_size > 1:
+        if finished:
+            torch_dist.barrier()
         torch_dist.destroy_process_group()
 
 

@@ -202,11 +202,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
         return [text, copies] if text_rows else copies
 
     stage = Stage("train", batch_at, report, tokenizer_file=Path(cfg.tokenizer))
+    finished = False
     try:
-        return run_stage(stage, cfg, model, optimizer, procs, log, resume=resume, stop_after=stop_after,
-                         progress=progress)
+        trained = run_stage(stage, cfg, model, optimizer, procs, log, resume=resume, stop_after=stop_after,
+                            progress=progress)
+        finished = True
+        return trained
     finally:
-        stop_processes(procs)
+        stop_processes(procs, finished=finished)
 
 
 def grown_start(folder: str, config: ModelConfig, tokenizer: Tokenizer) -> Transformer:
