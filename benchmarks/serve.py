@@ -3,6 +3,7 @@ and 16 concurrent streaming clients, against the same requests sent one at a tim
 
     python benchmarks/serve.py                 # the shipped chat model, 2 threads
     python benchmarks/serve.py --requests 32 --max-tokens 64
+    python benchmarks/serve.py --steps-only    # one bare decode pass per batch size: the ceiling
 
 Also prints time to first token (p50/p95) under each load, and the KV memory a request held
 (blocks x block size) against the pool and against a contiguous cache of the whole window.
@@ -58,6 +59,38 @@ def engine_only(args, questions: list[str]) -> None:
     engine.close()
 
 
+def step_scaling(args) -> None:
+    """The ceiling batching can reach: one bare paged decode pass (``paged_forward``, no HTTP, no
+    choosing, no streams) for batches of 1 to 16 rows, each row 40 tokens into its reply."""
+    import torch
+
+    from llmkit.model.fast import fast_path
+    from llmkit.model.weights import load_model
+    from llmkit.serve.paged import BlockPool, Reads, paged_forward
+
+    model, _ = load_model(args.model)
+    fast, pool = fast_path(model.eval()), BlockPool.of_size(model.config, args.kv_cache_mb)
+    print(f"\none bare decode pass (median of 40), {args.threads} thread(s):")
+    torch.set_num_threads(args.threads)
+    alone = None
+    with torch.inference_mode():
+        for batch in (1, 2, 4, 8, 16):
+            tables = [[pool.allocate() for _ in range(pool.blocks_for(90))] for _ in range(batch)]
+            paged_forward(fast, pool, Reads.of([(list(range(5, 45)), 0, t) for t in tables], pool.block_size))
+            times = []
+            for step in range(40):
+                reads = Reads.of([([7], 40 + step, t) for t in tables], pool.block_size)
+                started = time.perf_counter()
+                paged_forward(fast, pool, reads)
+                times.append(time.perf_counter() - started)
+            step_s = statistics.median(times)
+            alone = alone or 1 / step_s
+            print(f"{batch:>8} rows {step_s * 1000:>7.2f} ms {batch / step_s:>8.0f} tokens/s "
+                  f"{batch / step_s / alone:>6.2f}x")
+            for table in tables:
+                pool.release(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="chat")
@@ -66,7 +99,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--kv-cache-mb", type=float, default=64.0)
     parser.add_argument("--engine-only", action="store_true", help="also time the engine without HTTP")
+    parser.add_argument("--steps-only", action="store_true",
+                        help="only time one bare decode pass per batch size (the ceiling of batching)")
     args = parser.parse_args()
+    if args.steps_only:
+        step_scaling(args)
+        return
     questions = [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(args.requests)]
     server = ServerProcess("--no-auth", "--model", args.model, "--threads", str(args.threads), "--max-batch", "16",
                            "--kv-cache-mb", str(args.kv_cache_mb))
@@ -102,6 +140,7 @@ def main() -> None:
               f"re-raises the signal once it has drained)")
     if args.engine_only:
         engine_only(args, questions)
+        step_scaling(args)
 
 
 if __name__ == "__main__":
