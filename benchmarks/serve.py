@@ -61,32 +61,41 @@ def engine_only(args, questions: list[str]) -> None:
 
 def step_scaling(args) -> None:
     """The ceiling batching can reach: one bare paged decode pass (``paged_forward``, no HTTP, no
-    choosing, no streams) for batches of 1 to 16 rows, each row 40 tokens into its reply."""
+    choosing, no streams) for batches of 1 to 16 rows, each row 40 tokens into its reply; with the
+    weights as stored (``F.linear``) and packed for oneDNN (``llmkit.serve.packed``, what the engine
+    runs), side by side."""
     import torch
 
-    from llmkit.model.fast import fast_path
+    from llmkit.model.fast import FastModel, plain_linear
     from llmkit.model.weights import load_model
+    from llmkit.serve.packed import packed_linear
     from llmkit.serve.paged import BlockPool, Reads, paged_forward
 
     model, _ = load_model(args.model)
-    fast, pool = fast_path(model.eval()), BlockPool.of_size(model.config, args.kv_cache_mb)
-    print(f"\none bare decode pass (median of 40), {args.threads} thread(s):")
+    model.eval()
+    pool = BlockPool.of_size(model.config, args.kv_cache_mb)
+    paths = {"F.linear": FastModel(model, plain_linear), "packed": FastModel(model, packed_linear)}
     torch.set_num_threads(args.threads)
+    print(f"\none bare decode pass (median of 40), {args.threads} thread(s); x: tokens/s against one row "
+          f"with F.linear")
+    print(f"{'rows':>8} " + " ".join(f"{name:>22}" for name in paths))
     alone = None
     with torch.inference_mode():
         for batch in (1, 2, 4, 8, 16):
             tables = [[pool.allocate() for _ in range(pool.blocks_for(90))] for _ in range(batch)]
-            paged_forward(fast, pool, Reads.of([(list(range(5, 45)), 0, t) for t in tables], pool.block_size))
-            times = []
-            for step in range(40):
-                reads = Reads.of([([7], 40 + step, t) for t in tables], pool.block_size)
-                started = time.perf_counter()
-                paged_forward(fast, pool, reads)
-                times.append(time.perf_counter() - started)
-            step_s = statistics.median(times)
-            alone = alone or 1 / step_s
-            print(f"{batch:>8} rows {step_s * 1000:>7.2f} ms {batch / step_s:>8.0f} tokens/s "
-                  f"{batch / step_s / alone:>6.2f}x")
+            cells = []
+            for fast in paths.values():
+                paged_forward(fast, pool, Reads.of([(list(range(5, 45)), 0, t) for t in tables], pool.block_size))
+                times = []
+                for step in range(40):
+                    reads = Reads.of([([7], 40 + step, t) for t in tables], pool.block_size)
+                    started = time.perf_counter()
+                    paged_forward(fast, pool, reads)
+                    times.append(time.perf_counter() - started)
+                step_s = statistics.median(times)
+                alone = alone or 1 / step_s
+                cells.append(f"{step_s * 1000:6.2f} ms {batch / step_s / alone:5.2f}x")
+            print(f"{batch:>8} " + " ".join(f"{cell:>22}" for cell in cells))
             for table in tables:
                 pool.release(table)
 

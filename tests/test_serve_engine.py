@@ -10,10 +10,11 @@ import torch
 
 from llmkit.generation.generate import generate
 from llmkit.generation.sampling import SamplingParams
-from llmkit.model.fast import FastModel
+from llmkit.model.fast import FastModel, plain_linear
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.paths import DATA_DIR
 from llmkit.serve.engine import Engine, NotServable, Overloaded, RequestTooLarge, pick_tokens
+from llmkit.serve.packed import packed_linear
 from llmkit.serve.paged import BlockPool, Reads, block_bytes, paged_forward
 from llmkit.serve.sequence import RequestContext, Sequence
 
@@ -56,23 +57,25 @@ def concurrently(engine: Engine, all_prompts: list[list[int]], **options) -> lis
     return out
 
 
+@pytest.mark.parametrize("linear", [plain_linear, packed_linear], ids=["plain", "packed"])
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_paged_forward_equals_the_model_in_blocks_prefill_and_decode(family):
+def test_paged_forward_equals_the_model_in_blocks_prefill_and_decode(family, linear):
     model = sharp_model(family)
     pool = BlockPool(model.config, 16, block_size=4)
     ids = torch.randint(0, 300, (1, 11), generator=torch.Generator().manual_seed(2))
     table = [5, 2, 9]  # blocks anywhere in the pool, in table order
     with torch.inference_mode():
         expected = model(ids)[0]
-        prefill = paged_forward(FastModel(model), pool, Reads.of([(ids[0, :7].tolist(), 0, table)], 4))
+        prefill = paged_forward(FastModel(model, linear), pool, Reads.of([(ids[0, :7].tolist(), 0, table)], 4))
         torch.testing.assert_close(prefill[0], expected[6], atol=1e-4, rtol=1e-4)
         for position in range(7, 11):
-            step = paged_forward(FastModel(model), pool, Reads.of([([int(ids[0, position])], position, table)], 4))
+            step = paged_forward(FastModel(model, linear), pool, Reads.of([([int(ids[0, position])], position, table)], 4))
             torch.testing.assert_close(step[0], expected[position], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("linear", [plain_linear, packed_linear], ids=["plain", "packed"])
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_one_pass_can_mix_decode_rows_with_prompts_of_any_length(family):
+def test_one_pass_can_mix_decode_rows_with_prompts_of_any_length(family, linear):
     """A decoding row, a whole prompt and a prompt after cached blocks, read in one pass, each give
     the logits the model gives that sequence alone."""
     model = sharp_model(family)
@@ -80,7 +83,7 @@ def test_one_pass_can_mix_decode_rows_with_prompts_of_any_length(family):
     generator = torch.Generator().manual_seed(3)
     texts = [torch.randint(0, 300, (n,), generator=generator).tolist() for n in (9, 6, 13)]
     tables = [[0, 1, 2], [7, 3], [4, 5, 6, 8]]
-    fast = FastModel(model)
+    fast = FastModel(model, linear)
     with torch.inference_mode():
         expected = [model(torch.tensor([text]))[0, -1] for text in texts]
         # beforehand: row 0 has all but its last token in its blocks, row 2 its first two blocks

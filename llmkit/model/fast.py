@@ -60,6 +60,14 @@ def fast_path(model: Transformer) -> FastModel | None:
     return FastModel(model) if why_not_fast(model) is None else None
 
 
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+def plain_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+    """``x -> F.linear(x, weight, bias)`` on the module's own weights: what ``nn.Linear`` computes."""
+    return functools.partial(F.linear, weight=weight, bias=bias)
+
+
 def norm_function(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     """A LayerNorm or RMSNorm module as a plain function of x, with the same weights.
 
@@ -72,41 +80,44 @@ def norm_function(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class FastBlock:
-    """``Block.forward`` in inference (no dropout, with a KV cache), as functions of its weights."""
+    """``Block.forward`` in inference (no dropout, with a KV cache), as functions of its weights.
 
-    def __init__(self, block: Block):
+    ``linear`` makes each linear layer's function from its weight and bias; ``plain_linear``
+    (the default) is what makes the path equal to the modules bit for bit."""
+
+    def __init__(self, block: Block, linear: Callable[..., Linear] = plain_linear):
         attn, mlp = block.attn, block.mlp
         self.attn_norm, self.mlp_norm = norm_function(block.attn_norm), norm_function(block.mlp_norm)
         self.layer_index, self.head_dim, self.heads = attn.layer_index, attn.head_dim, attn.heads
-        self.qkv, self.out = (attn.qkv.weight, attn.qkv.bias), (attn.out.weight, attn.out.bias)
+        self.qkv, self.out = linear(attn.qkv.weight, attn.qkv.bias), linear(attn.out.weight, attn.out.bias)
         self.swiglu = isinstance(mlp, SwiGLU)
-        self.up = (mlp.gate_up.weight, mlp.gate_up.bias) if self.swiglu else (mlp.up.weight, mlp.up.bias)
-        self.down = (mlp.down.weight, mlp.down.bias)
+        up = mlp.gate_up if self.swiglu else mlp.up
+        self.up, self.down = linear(up.weight, up.bias), linear(mlp.down.weight, mlp.down.bias)
 
     def __call__(self, x: torch.Tensor, start: int, rope: Rope | None, cache: KVCache,
                  mask: torch.Tensor | None) -> torch.Tensor:
         """Several new tokens per sequence. ``mask`` is the ``causal_mask`` of new tokens after a
         cached prefix (None for a plain causal square), made once for all the layers."""
         batch, time, _ = x.shape
-        heads = F.linear(self.attn_norm(x), *self.qkv).view(batch, time, -1, self.head_dim).transpose(1, 2)
+        heads = self.qkv(self.attn_norm(x)).view(batch, time, -1, self.head_dim).transpose(1, 2)
         q, k, v = self.rotate(heads, rope)
         k, v = cache.update(self.layer_index, start, k, v)
         if k.dtype != q.dtype:
             k, v = k.to(q.dtype), v.to(q.dtype)
         y = fused_attention(q, k, v, mask=mask).transpose(1, 2).reshape(batch, time, -1)
-        return self.feed_forward(x + F.linear(y, *self.out))
+        return self.feed_forward(x + self.out(y))
 
     def step(self, x: torch.Tensor, position: int, rope: Rope | None, cache: KVCache) -> torch.Tensor:
         """``__call__`` for one new token per sequence, on rows (batch, width). With one position the
         heads come straight out of a view: no transpose or reshape back. Same ops otherwise."""
         batch = x.size(0)
-        heads = F.linear(self.attn_norm(x), *self.qkv).view(batch, -1, 1, self.head_dim)  # (B, all heads, 1, hd)
+        heads = self.qkv(self.attn_norm(x)).view(batch, -1, 1, self.head_dim)  # (B, all heads, 1, hd)
         q, k, v = self.rotate(heads, rope)
         keys, values = cache.update(self.layer_index, position, k, v)
         if keys.dtype != q.dtype:
             keys, values = keys.to(q.dtype), values.to(q.dtype)
         y = F.scaled_dot_product_attention(q, keys, values, enable_gqa=q.size(1) != k.size(1)).view(batch, -1)
-        return self.feed_forward(x + F.linear(y, *self.out))
+        return self.feed_forward(x + self.out(y))
 
     def rotate(self, heads: torch.Tensor, rope: Rope | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v from every head side by side, queries and keys rotated (one call for both)."""
@@ -118,29 +129,30 @@ class FastBlock:
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         """The residual MLP half of the block."""
-        h = F.linear(self.mlp_norm(x), *self.up)
+        h = self.up(self.mlp_norm(x))
         if self.swiglu:
             gate, up = h.chunk(2, dim=-1)
             h = F.silu(gate) * up
         else:
             h = F.gelu(h, approximate="tanh")
-        return x + F.linear(h, *self.down)
+        return x + self.down(h)
 
 
 class FastModel:
     """``Transformer.forward`` with a KV cache in inference, built from FastBlocks.
 
     Build one per request with ``fast_path(model)``: building checks nothing itself, so a model
-    that ``why_not_fast`` refuses would silently lose its hooks or swapped layers here."""
+    that ``why_not_fast`` refuses would silently lose its hooks or swapped layers here. ``linear``
+    as in ``FastBlock`` (the server passes ``llmkit.serve.packed.packed_linear``)."""
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, linear: Callable[..., Linear] = plain_linear):
         self.config = model.config
         # torch.embedding is the kernel F.embedding calls, without its Python wrapper
         self.embed = functools.partial(torch.embedding, model.embed.weight)
         self.pos_embed = model.pos_embed.weight if model.pos_embed is not None else None
         self.rope = (model.rope_cos, model.rope_sin) if model.config.positions == "rope" else None
-        self.blocks = [FastBlock(block) for block in model.blocks]
-        self.norm, self.head = norm_function(model.norm), model.lm_head.weight
+        self.blocks = [FastBlock(block, linear) for block in model.blocks]
+        self.norm, self.head = norm_function(model.norm), linear(model.lm_head.weight, None)
 
     def __call__(self, ids: torch.Tensor, cache: KVCache, start_pos: int | None = None, *,
                  last_only: bool = False) -> torch.Tensor:
@@ -159,7 +171,7 @@ class FastModel:
         cache.length = end
         if last_only:
             x = x[:, -1:]
-        return F.linear(self.norm(x), self.head)
+        return self.head(self.norm(x))
 
     def step(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """``Transformer.step``: logits (batch, vocab) for one new token per sequence, ``ids`` (batch,),
@@ -184,4 +196,4 @@ class FastModel:
         for block in self.blocks:
             x = block.step(x, position, rope, cache)
         cache.length = position + 1
-        return F.linear(self.norm(x), self.head)
+        return self.head(self.norm(x))

@@ -36,8 +36,9 @@ from llmkit.generation.choice import choose_option, score_after
 from llmkit.generation.request import Request, check_request
 from llmkit.generation.results import StopEvent, TokenEvent
 from llmkit.generation.sampling import SamplingParams, sample_batch
-from llmkit.model.fast import fast_path, why_not_fast
+from llmkit.model.fast import FastModel, why_not_fast
 from llmkit.model.transformer import Transformer
+from llmkit.serve.packed import packed_linear
 from llmkit.serve.paged import BlockPool, Reads, paged_forward
 from llmkit.serve.sequence import Cancelled, RequestContext, RequestTimeout, Sequence
 
@@ -93,11 +94,11 @@ class Engine:
         """The engine computes with ``llmkit.model.fast``'s tensor functions, which skip what only
         modules have; a model that needs its modules (hooks, swapped layers) cannot be served, so it
         is refused here rather than silently losing its hooks."""
-        fast = fast_path(model)
-        if fast is None:
-            raise NotServable(f"the engine cannot serve this model: {why_not_fast(model)}; remove the hooks "
+        reason = why_not_fast(model)
+        if reason is not None:
+            raise NotServable(f"the engine cannot serve this model: {reason}; remove the hooks "
                               f"or swapped layers (or use llmkit.generation.generate, which runs modules)")
-        return fast
+        return FastModel(model, packed_linear)  # weights packed once for the CPU kernel (llmkit.serve.packed)
 
     # --- the requests' side ----------------------------------------------------------------------
     def stream(self, model: Transformer, prompt_ids: Seq[int], *, max_new_tokens: int,

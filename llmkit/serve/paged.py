@@ -205,14 +205,14 @@ def paged_forward(fast: FastModel, pool: BlockPool, reads: Reads) -> torch.Tenso
     mask = (visible <= reads.positions[reads.padded].unsqueeze(-1)).unsqueeze(1)
     for layer, block in enumerate(fast.blocks):
         x = paged_block(block, pool, layer, x, rope, reads, mask)
-    return F.linear(fast.norm(x[0, reads.last]), fast.head)
+    return fast.head(fast.norm(x[0, reads.last]))
 
 
 def paged_block(block: FastBlock, pool: BlockPool, layer: int, x: torch.Tensor, rope, reads: Reads,
                 mask: torch.Tensor) -> torch.Tensor:
     """One layer of ``paged_forward``: ``FastBlock.__call__`` with the cache in blocks."""
     tokens = x.size(1)
-    heads = F.linear(block.attn_norm(x), *block.qkv).view(1, tokens, -1, block.head_dim).transpose(1, 2)
+    heads = block.qkv(block.attn_norm(x)).view(1, tokens, -1, block.head_dim).transpose(1, 2)
     q, k, v = block.rotate(heads, rope)  # (1, heads, tokens, head_dim) each
     pool.keys[layer][reads.slots] = k[0].transpose(0, 1)  # (tokens, heads, head_dim) into place
     pool.values[layer][reads.slots] = v[0].transpose(0, 1)
@@ -222,7 +222,7 @@ def paged_block(block: FastBlock, pool: BlockPool, layer: int, x: torch.Tensor, 
     n_q, n_kv, _ = block.heads
     y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=n_q != n_kv)
     y = y.transpose(1, 2).reshape(rows * width, -1)[reads.packed].unsqueeze(0)  # back to (1, tokens, all heads)
-    return block.feed_forward(x + F.linear(y, *block.out))
+    return block.feed_forward(x + block.out(y))
 
 
 def gather(layer_pool: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
