@@ -2,7 +2,7 @@
 and 16 concurrent streaming clients, against the same requests sent one at a time, in one run.
 
     python benchmarks/serve.py                 # the shipped chat model, 2 threads
-    python benchmarks/serve.py --requests 32 --max-tokens 64
+    python benchmarks/serve.py --requests 32 --max-tokens 64 --rounds 5
     python benchmarks/serve.py --steps-only    # one bare decode pass per batch size: the ceiling
 
 Also prints time to first token (p50/p95) under each load, and the KV memory a request held
@@ -20,7 +20,7 @@ import time
 import anthropic
 import httpx
 
-from llmkit.course.serving import run_concurrently, run_load
+from llmkit.course.serving import Load, run_concurrently, run_load
 from llmkit.serve.command import ServerProcess
 
 QUESTIONS = ["What is the weather in Pune?", "Count the letter r in strawberry.", "What is 17 times 23?",
@@ -104,8 +104,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="chat")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=3, help="times each load level runs; medians are shown")
     parser.add_argument("--kv-cache-mb", type=float, default=64.0)
     parser.add_argument("--engine-only", action="store_true", help="also time the engine without HTTP")
     parser.add_argument("--steps-only", action="store_true",
@@ -123,15 +124,22 @@ def main() -> None:
         client = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0, timeout=600)
         run_load(client, model, questions, 8, args.max_tokens)  # warm up (and fill the prompt cache)
         print(f"{args.requests} requests, max_tokens={args.max_tokens}, model {args.model}, server threads "
-              f"{args.threads} (a shared machine: figures vary run to run)\n")
-        alone = run_load(client, model, questions, 1, args.max_tokens)
-        print(f"{'clients':>8} {'tokens/s':>9} {'vs one at a time':>17} {'TTFT p50':>9} {'TTFT p95':>9}")
-        for clients in (1, 2, 4, 8, 16):  # timed without polling /v1/stats, as the requests one at a time
-            load = run_load(client, model, questions, clients, args.max_tokens)
-            print(f"{clients:>8} {load.tokens_per_s:>9.1f} {load.tokens_per_s / alone.tokens_per_s:>16.2f}x "
-                  f"{load.median_first_token_s * 1000:>7.0f}ms {load.first_token_percentile(0.95) * 1000:>7.0f}ms")
-        print(f"{'alone':>8} {alone.tokens_per_s:>9.1f} {1:>16.2f}x {alone.median_first_token_s * 1000:>7.0f}ms "
-              f"{alone.first_token_percentile(0.95) * 1000:>7.0f}ms   (the same requests, one at a time)")
+              f"{args.threads}; {args.rounds} rounds, each level once per round, medians shown (a shared "
+              f"machine: single runs vary by 10% or more)\n")
+        levels = [1, 2, 4, 8, 16]  # 1: the requests one at a time, each waiting for the last
+        loads: dict[int, list] = {level: [] for level in levels}
+        for _ in range(args.rounds):  # interleaved, so a slow spell of the machine hits every level
+            for level in levels:  # timed without polling /v1/stats
+                loads[level].append(run_load(client, model, questions, level, args.max_tokens))
+        alone = statistics.median(load.tokens_per_s for load in loads[1])
+        print(f"{'clients':>8} {'tokens/s':>9} {'vs one at a time':>17} {'TTFT p50':>9} {'TTFT p95':>9}  rounds")
+        for level in levels:
+            speeds = [load.tokens_per_s for load in loads[level]]
+            first = Load(level, 0, 1.0, [t for load in loads[level] for t in load.first_token_s])
+            print(f"{level:>8} {statistics.median(speeds):>9.1f} {statistics.median(speeds) / alone:>16.2f}x "
+                  f"{first.median_first_token_s * 1000:>7.0f}ms {first.first_token_percentile(0.95) * 1000:>7.0f}ms  "
+                  + " ".join(f"{speed / alone:.2f}x" for speed in speeds))
+        print(f"{'':>8} (rounds: each round's tokens/s against the median of one client at a time)")
         with httpx.Client() as http:  # one more pass at 8 clients, sampling the blocks each request holds
             seen = run_load(client, model, questions, 8, args.max_tokens,
                             stats=lambda: http.get(url + "/v1/stats").json()).blocks_per_request
