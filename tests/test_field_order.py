@@ -17,8 +17,8 @@ from llmkit.chat.template import render
 from llmkit.chat.tool_signature import tool_definitions
 from llmkit.course.conversation_data import split_of
 from llmkit.course.field_order import (COUNT_RANGE, FIELDS, NUMBER_RANGE, ORDERS, FieldOrderSettings, evaluate,
-                                       field_order_examples, field_order_items, last_sum, numbers_text,
-                                       running_sums, steps_right)
+                                       field_order_examples, field_order_items, last_sum, max_reply_tokens,
+                                       numbers_text, running_sums, steps_right)
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.model.weights import read_config, save as save_weights
 from llmkit.paths import data_path
@@ -58,6 +58,18 @@ def test_the_evidence_adds_up_to_the_total():
         added = [int(step.split("=")[0].lstrip("+")) for step in facts["running"].split()]
         assert added == facts["numbers"]  # each step names the number it adds, in the question's order
         assert numbers_text(facts["numbers"]) in item.messages[0]["content"]
+
+
+def test_longer_lists_on_request_and_the_reply_budget_grows_with_them():
+    items = field_order_items("evidence_first", 200, "heldout", seed=2, count_range=(7, 10))
+    counts = {len(item.expected.facts["numbers"]) for item in items}
+    assert counts == {7, 8, 9, 10}
+    assert all(split_of(numbers_text(item.expected.facts["numbers"])) == "heldout" for item in items)
+    assert max_reply_tokens(10) > max_reply_tokens(COUNT_RANGE[1])
+    with pytest.raises(ValueError, match="most numbers"):
+        FieldOrderSettings(count_range=(6, 3))
+    with pytest.raises(ValueError, match="fewest numbers"):
+        field_order_items("evidence_first", 1, "train", seed=0, count_range=(1, 4))
     assert running_sums([3, 7, 2, 9]) == "3 +7=10 +2=12 +9=21"
     assert last_sum("3 +7=") is None
     assert steps_right("3 +7=10 +2=13", "3 +7=10 +2=12 +9=21") == 0.5 and steps_right(None, "3") == 0.0

@@ -45,7 +45,7 @@ NUMBER_RANGE = (1, 9)  # each number: one digit, so only the sums carry
 QUESTIONS = ["Add up {numbers}.", "What is the total of {numbers}?", "Sum these numbers: {numbers}."]
 PROPERTIES = {"running": {"type": "string", "description": "Each number added to the sum so far, in order."},
               "total": {"type": "integer", "description": "The sum of all the numbers."}}
-MAX_REPLY_TOKENS = 96  # the longest call (6 numbers) is about 60 tokens
+TOKENS_PER_NUMBER = 16  # a call spends about 10 tokens per number (6 numbers: about 60); room to spare
 SHOWN_PER_ORDER = 5  # replies kept in the results for a reader to look at
 
 
@@ -89,12 +89,25 @@ def numbers_text(numbers: list[int]) -> str:
     return ", ".join(str(n) for n in numbers)
 
 
-def draw_numbers(rng: random.Random, split: str) -> list[int]:
-    """3-6 numbers from 1 to 9 whose list belongs to ``split`` (a SHA-256 hash of the list's text,
-    about 1 in 4 held out), so no held-out question is ever a training question."""
+def check_count_range(count_range: tuple[int, int]) -> tuple[int, int]:
+    low, high = count_range
+    check_int("the fewest numbers", low, minimum=2)
+    check_int("the most numbers", high, minimum=low)
+    return low, high
+
+
+def max_reply_tokens(most_numbers: int) -> int:
+    """The token budget of one answer: enough for the call of a list of ``most_numbers``."""
+    return TOKENS_PER_NUMBER * most_numbers
+
+
+def draw_numbers(rng: random.Random, split: str, count_range: tuple[int, int] = COUNT_RANGE) -> list[int]:
+    """A list of ``count_range`` numbers (3-6 unless asked) from 1 to 9 whose list belongs to
+    ``split`` (a SHA-256 hash of the list's text, about 1 in 4 held out), so no held-out question
+    is ever a training question."""
     check_split(split)
     while True:
-        numbers = [rng.randint(*NUMBER_RANGE) for _ in range(rng.randint(*COUNT_RANGE))]
+        numbers = [rng.randint(*NUMBER_RANGE) for _ in range(rng.randint(*count_range))]
         if split_of(numbers_text(numbers)) == split:
             return numbers
 
@@ -110,21 +123,24 @@ def field_order_item(order: str, numbers: list[int], question: str, split: str) 
                         Expected(TOOL_NAME, tool_input, (str(facts["total"]),), facts=facts))
 
 
-def field_order_items(order: str, n: int, split: str, seed: int) -> list[Conversation]:
+def field_order_items(order: str, n: int, split: str, seed: int,
+                      count_range: tuple[int, int] = COUNT_RANGE) -> list[Conversation]:
     """``n`` questions of ``split`` answered in ``order``; the same seed asks the same questions in
     either order, so the two variants train and are tested on exactly the same numbers."""
     rng = random.Random(f"llmkit-field-order|{check_split(split)}|{seed}")
+    count_range = check_count_range(count_range)
     items = []
     for _ in range(n):
-        numbers = draw_numbers(rng, split)
+        numbers = draw_numbers(rng, split, count_range)
         items.append(field_order_item(order, numbers, rng.choice(QUESTIONS), split))
     return items
 
 
-def field_order_examples(order: str) -> Callable[[int, str, int], list[Conversation]]:
+def field_order_examples(order: str, count_range: tuple[int, int] = COUNT_RANGE
+                         ) -> Callable[[int, str, int], list[Conversation]]:
     """The ``(n, split, seed) -> conversations`` function ``llmkit.training.finetune`` trains on."""
     check_order(order)
-    return lambda n, split, seed: field_order_items(order, n, split, seed)
+    return lambda n, split, seed: field_order_items(order, n, split, seed, count_range)
 
 
 # ---------------------------------------------------------------------------------------------- scoring
@@ -164,9 +180,11 @@ def evaluate(model, tokenizer, items: list[Conversation]) -> dict:
     schema, and summarise the scores; ``rows`` holds every scored reply."""
     client = Client.from_model(model, tokenizer)
     model.eval()
+    longest = max((len(item.expected.facts["numbers"]) for item in items), default=COUNT_RANGE[1])
     rows = []
     for item in items:
-        reply = client.messages.create(messages=item.prompt, tools=item.tools, max_tokens=MAX_REPLY_TOKENS,
+        reply = client.messages.create(messages=item.prompt, tools=item.tools,
+                                       max_tokens=max_reply_tokens(max(longest, COUNT_RANGE[1])),
                                        temperature=0)
         rows.append({**score_reply(reply.content, item), "stop_reason": reply.stop_reason,
                      "output_tokens": reply.usage.output_tokens})
@@ -193,6 +211,7 @@ class FieldOrderSettings:
     batch_size: int = 16
     learning_rate: float = 1.5e-3
     heldout: int = 200  # held-out questions each variant answers
+    count_range: tuple[int, int] = COUNT_RANGE  # how many numbers a question adds up, fewest and most
     seed: int = 1337
     runs_dir: str = "runs/field_order"  # where the two fine-tuned models are written (outside git)
     threads: int | None = None
@@ -200,6 +219,7 @@ class FieldOrderSettings:
 
     def __post_init__(self) -> None:
         check_int("heldout", self.heldout, minimum=1)  # the rest is checked by FinetuneConfig
+        self.count_range = check_count_range(tuple(self.count_range))
         self.finetune_config(ORDERS[0])
 
     def finetune_config(self, order: str) -> FinetuneConfig:
@@ -217,10 +237,12 @@ def train_and_score(order: str, settings: FieldOrderSettings, *, progress: bool 
     from llmkit.training.finetune import finetune
 
     started = time.perf_counter()
-    model = finetune("sft", settings.finetune_config(order), field_order_examples(order), progress=progress)
+    model = finetune("sft", settings.finetune_config(order), field_order_examples(order, settings.count_range),
+                     progress=progress)
     trained = time.perf_counter()
     _, tokenizer = load_model(settings.base)
-    scores = evaluate(model, tokenizer, field_order_items(order, settings.heldout, "heldout", seed=0))
+    scores = evaluate(model, tokenizer, field_order_items(order, settings.heldout, "heldout", seed=0,
+                                                          count_range=settings.count_range))
     return {**scores, "train_minutes": round((trained - started) / 60, 2),
             "score_minutes": round((time.perf_counter() - trained) / 60, 2)}
 
@@ -236,10 +258,11 @@ def run_field_order(settings: FieldOrderSettings, *, progress: bool = False) -> 
         scores = train_and_score(order, settings, progress=progress)
         rows = scores.pop("rows")
         details[order] = {**scores, "replies": rows[:SHOWN_PER_ORDER]}
-    heldout = field_order_items(ORDERS[0], settings.heldout, "heldout", seed=0)
+    heldout = field_order_items(ORDERS[0], settings.heldout, "heldout", seed=0, count_range=settings.count_range)
     return {"n": settings.heldout, **{order: details[order]["accuracy"] for order in ORDERS},
             "effect": round(details["evidence_first"]["accuracy"] - details["conclusion_first"]["accuracy"], 3),
             "guess_most_common_total": most_common_total(heldout),
             "settings": {"base": settings.base, "steps": settings.steps, "batch_size": settings.batch_size,
-                         "learning_rate": settings.learning_rate, "seed": settings.seed},
+                         "learning_rate": settings.learning_rate, "seed": settings.seed,
+                         "numbers_per_question": list(settings.count_range)},
             "wall_minutes": round((time.perf_counter() - started) / 60, 2), "details": details}

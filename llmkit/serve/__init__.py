@@ -9,6 +9,7 @@ The public names, by module (imported from there, so ``import llmkit.serve.paged
     llmkit.serve.gateway        API keys and per-key request and token rate limits
     llmkit.serve.engine         the engine: one thread decodes every running request together
     llmkit.serve.paged          the KV block pool, block tables and the forward pass that reads them
+    llmkit.serve.packed         linear layers whose weights are laid out once for the CPU's matrix kernel
 
 Behind the routes: ``anthropic_api`` and ``openai_api`` (each API's request and reply shapes),
 ``requests`` (the checks both share), ``errors`` (each API's error shape and status),

@@ -13,6 +13,10 @@ The engine keeps a *running batch*. Each loop it
 3. lets every request that stopped leave at once, its blocks back in the pool, so a long reply
    never holds up a short one (Orca, Yu et al. 2022; vLLM, Kwon et al. 2023).
 
+The forward pass is ``llmkit.model.fast``'s tensor functions with every linear layer packed for
+the CPU's matrix kernel when the engine starts (``llmkit.serve.packed``), which makes a pass over
+several rows much cheaper than ``F.linear``'s.
+
 Requests talk to the engine through queues: ``stream`` puts a ``Sequence`` in the inbox and reads
 its tokens from the sequence's outbox, with the same events as ``llmkit.generation.generate.stream``,
 so the chat client runs unchanged on top (``Client.token_stream``).

@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent.parent
 sys.path.insert(0, str(REPO))
 
-from llmkit.course.field_order import FieldOrderSettings, run_field_order  # noqa: E402
+from llmkit.course.field_order import COUNT_RANGE, FieldOrderSettings, run_field_order  # noqa: E402
 from llmkit.files import atomic_write  # noqa: E402
 
 RESULTS = HERE / "results.json"
@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help="fine-tuning steps per variant (default 300; --quick: 20)")
     parser.add_argument("--heldout", type=int, help="held-out questions per variant (default 200; --quick: 12)")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--numbers", type=int, nargs=2, metavar=("FEWEST", "MOST"), default=list(COUNT_RANGE),
+                        help=f"how many numbers a question adds up (default {COUNT_RANGE[0]} {COUNT_RANGE[1]})")
     parser.add_argument("--out", help=f"the results file (default {RESULTS.relative_to(REPO)}; "
                                       "--quick: runs/field_order/quick/results.json, so the shipped figures stay)")
     parser.add_argument("--runs", help="where the two fine-tuned models go (default runs/field_order/full, "
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     defaults = QUICK if args.quick else {"steps": 300, "heldout": 200}
     settings = FieldOrderSettings(base=args.base, steps=args.steps or defaults["steps"],
                                   heldout=args.heldout or defaults["heldout"], batch_size=args.batch_size,
+                                  count_range=tuple(args.numbers),
                                   runs_dir=str(runs), threads=args.threads, device=args.device)
     out = Path(args.out) if args.out else (runs / "results.json" if args.quick else RESULTS)
     started = time.perf_counter()
