@@ -16,9 +16,9 @@ from llmkit.chat.markers import marker_ids
 from llmkit.chat.template import render
 from llmkit.chat.tool_signature import tool_definitions
 from llmkit.course.conversation_data import split_of
-from llmkit.course.field_order import (COUNT_RANGE, FIELDS, NUMBER_RANGE, ORDERS, FieldOrderSettings, evaluate,
-                                       field_order_examples, field_order_items, last_sum, max_reply_tokens,
-                                       numbers_text, running_sums, steps_right)
+from llmkit.course.field_order import (COUNT_RANGE, DETAIL_FIGURES, FIELDS, NUMBER_RANGE, ORDERS, FieldOrderSettings,
+                                       combine_runs, evaluate, field_order_examples, field_order_items, last_sum,
+                                       max_reply_tokens, numbers_text, running_sums, steps_right)
 from llmkit.model.transformer import ModelConfig, Transformer
 from llmkit.model.weights import read_config, save as save_weights
 from llmkit.paths import data_path
@@ -161,21 +161,61 @@ def test_a_quick_run_writes_results_with_both_fractions(tiny_base, tmp_path):
     for order in ORDERS:
         assert 0.0 <= results[order] <= 1.0
         assert results[order] == results["details"][order]["accuracy"]
-        assert (tmp_path / "runs" / order / "model" / "model.safetensors").is_file()
+        assert (tmp_path / "runs" / "seed1337" / order / "model" / "model.safetensors").is_file()
     assert results["effect"] == pytest.approx(results["evidence_first"] - results["conclusion_first"], abs=1e-3)
+    assert [run["seed"] for run in results["runs"]] == [1337]
     assert "--quick" in results["command"]
+    # the seed's own results can be combined again without training
+    again = tmp_path / "again.json"
+    subprocess.run([sys.executable, str(BUILD), "--combine", str(tmp_path / "runs" / "seed1337" / "results.json"),
+                    "--out", str(again)], check=True, cwd=REPO, capture_output=True, text=True)
+    combined = json.loads(again.read_text())
+    assert {k: combined[k] for k in ("n", *ORDERS, "runs")} == {k: results[k] for k in ("n", *ORDERS, "runs")}
+
+
+def one_run(seed: int, evidence: float, conclusion: float, **settings) -> dict:
+    details = {order: {**{key: score for key in DETAIL_FIGURES}, "replies": [f"{order} {seed}"]}
+               for order, score in (("evidence_first", evidence), ("conclusion_first", conclusion))}
+    return {"n": 200, "evidence_first": evidence, "conclusion_first": conclusion, "guess_most_common_total": 0.06,
+            "settings": {"steps": 300, "numbers_per_question": [7, 10], **settings, "seed": seed},
+            "wall_minutes": 12.0, "details": details}
+
+
+def test_runs_of_several_seeds_combine_into_means_with_each_seed_kept():
+    combined = combine_runs([one_run(1, 0.2, 0.34), one_run(2, 0.6, 0.26), one_run(3, 0.5, 0.3)])
+    assert combined["evidence_first"] == pytest.approx(1.3 / 3, abs=1e-3)
+    assert combined["conclusion_first"] == pytest.approx(0.3, abs=1e-3)
+    assert combined["effect"] == pytest.approx((-0.14 + 0.34 + 0.2) / 3, abs=1e-3)
+    assert [(run["seed"], run["effect"]) for run in combined["runs"]] == [(1, -0.14), (2, 0.34), (3, 0.2)]
+    assert combined["settings"] == {"steps": 300, "numbers_per_question": [7, 10], "seeds": [1, 2, 3]}
+    assert combined["details"]["evidence_first"]["running_right"] == pytest.approx(1.3 / 3, abs=1e-3)
+    assert combined["details"]["evidence_first"]["replies"] == ["evidence_first 1"]
+    assert combined["wall_minutes"] == 36.0
+
+
+def test_runs_that_differ_in_more_than_their_seed_are_not_combined():
+    with pytest.raises(ValueError, match="more than their seed"):
+        combine_runs([one_run(1, 0.2, 0.3), one_run(2, 0.2, 0.3, steps=600)])
+    with pytest.raises(ValueError, match="twice"):
+        combine_runs([one_run(1, 0.2, 0.3), one_run(1, 0.4, 0.3)])
+    with pytest.raises(ValueError, match="at least one"):
+        combine_runs([])
 
 
 def test_the_committed_results_are_consistent_with_their_replies():
-    """data/experiments/field_order/results.json: the keys the issue names, fractions of n, the effect
-    their difference, and every stored reply scored the way score_reply scores it."""
-    results = json.loads((REPO / "data" / "experiments" / "field_order" / "results.json").read_text())
-    assert results["n"] >= 100
-    for order in ORDERS:
-        accuracy = results[order]
-        assert 0 <= accuracy <= 1 and abs(accuracy * results["n"] - round(accuracy * results["n"])) < 1e-6
-        for reply in results["details"][order]["replies"]:
-            assert reply["true_total"] == sum(reply["numbers"])
-            assert reply["correct"] == (reply["total"] == reply["true_total"])
-            assert reply["running_right"] == (reply["running"] == running_sums(reply["numbers"]))
-    assert results["effect"] == pytest.approx(results["evidence_first"] - results["conclusion_first"], abs=1e-3)
+    """data/experiments/field_order/results*.json: the keys the issue names, each seed's fractions of
+    n, the headline figures their means, the effect their difference, and every stored reply scored
+    the way score_reply scores it."""
+    for name in ("results.json", "results_7_to_10.json"):
+        results = json.loads((REPO / "data" / "experiments" / "field_order" / name).read_text())
+        assert results["n"] >= 100 and len(results["runs"]) >= 3
+        for order in ORDERS:
+            for run in results["runs"]:
+                assert abs(run[order] * results["n"] - round(run[order] * results["n"])) < 1e-6
+            assert results[order] == pytest.approx(sum(run[order] for run in results["runs"]) / len(results["runs"]),
+                                                   abs=1e-3)
+            for reply in results["details"][order]["replies"]:
+                assert reply["true_total"] == sum(reply["numbers"])
+                assert reply["correct"] == (reply["total"] == reply["true_total"])
+                assert reply["running_right"] == (reply["running"] == running_sums(reply["numbers"]))
+        assert results["effect"] == pytest.approx(results["evidence_first"] - results["conclusion_first"], abs=2e-3)

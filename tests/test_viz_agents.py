@@ -194,7 +194,10 @@ def test_plot_invalid_calls_draws_two_segments_per_bar():
         viz.plot_invalid_calls([])
 
 
-FIELD_ORDER = {"n": 20, "evidence_first": 0.9, "conclusion_first": 0.35, "guess_most_common_total": 0.1,
+FIELD_ORDER = {"n": 20, "evidence_first": 0.9, "conclusion_first": 0.35, "effect": 0.55, "guess_most_common_total": 0.1,
+               "settings": {"numbers_per_question": [7, 10], "seeds": [1, 2]},
+               "runs": [{"seed": 1, "evidence_first": 0.95, "conclusion_first": 0.3, "effect": 0.65},
+                        {"seed": 2, "evidence_first": 0.85, "conclusion_first": 0.4, "effect": 0.45}],
                "details": {order: {"running_right": right, "agrees_with_own_running": agrees, "mean_output_tokens": 41.0}
                            for order, right, agrees in (("evidence_first", 0.85, 0.95),
                                                         ("conclusion_first", 0.8, 0.4))}}
@@ -202,17 +205,22 @@ FIELD_ORDER = {"n": 20, "evidence_first": 0.9, "conclusion_first": 0.35, "guess_
 
 def test_field_order_lines_state_the_figures(tmp_path):
     lines = viz.field_order_lines(FIELD_ORDER)
-    assert "total right  18 of 20 (90%)" in lines[0] and "running sums all right 85%" in lines[0]
-    assert "total right   7 of 20 (35%)" in lines[1] and "its own last sum 40%" in lines[1]
-    assert lines[2].startswith("evidence first minus conclusion first: +55%") and "10%" in lines[2]
+    assert lines[0].startswith("7-10 numbers per sum, 20 held-out sums, 2 fine-tuning seed(s)")
+    assert "total right 90%" in lines[1] and "running sums all right 85%" in lines[1]
+    assert "total right 35%" in lines[2] and "its own last sum 40%" in lines[2]
+    assert "seed    1: running sums first 95%, total first 30%, difference +65%" in lines[3]
+    assert "difference +45%" in lines[4]
+    assert lines[5].strip().startswith("evidence first minus conclusion first: +55%") and "10%" in lines[5]
     partial = tmp_path / "results.json"
     partial.write_text(json.dumps({"n": 3}))
     with pytest.raises(ValueError, match="build.py"):
         viz.read_field_order(partial)
 
 
-def test_plot_field_order_draws_one_bar_per_order():
+def test_plot_field_order_draws_one_bar_per_order_and_a_dot_per_seed():
     fig = viz.plot_field_order(FIELD_ORDER)
     ax = fig.axes[0]
     assert [round(p.get_height(), 2) for p in ax.patches] == [0.9, 0.35]
+    dots = [collection.get_offsets()[:, 1].tolist() for collection in ax.collections]
+    assert dots == [[0.95, 0.85], [0.3, 0.4]]
     assert ax.get_title() and ax.get_xlabel() and "of 20" in ax.get_ylabel()

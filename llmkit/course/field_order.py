@@ -247,6 +247,44 @@ def train_and_score(order: str, settings: FieldOrderSettings, *, progress: bool 
             "score_minutes": round((time.perf_counter() - trained) / 60, 2)}
 
 
+DETAIL_FIGURES = ("accuracy", "valid", "running_right", "steps_right", "agrees_with_own_running",
+                  "mean_output_tokens", "train_minutes", "score_minutes")
+
+
+def combine_runs(runs: list[dict]) -> dict:
+    """Runs of one setting that differ only in their seed, as one result: every figure the mean
+    over the runs, and ``runs`` listing each seed's own.
+
+    Two fine-tunes of 300 steps can land far apart (which questions came first, and when, decides
+    how soon the model learns to copy the next number), so one seed per variant can show an effect
+    that is the seed's, not the field order's. The replies shown are the first run's."""
+    if not runs:
+        raise ValueError("combine_runs needs at least one run")
+    shared = [{k: v for k, v in run["settings"].items() if k != "seed"} for run in runs]
+    if any(s != shared[0] for s in shared) or len({run["n"] for run in runs}) > 1:
+        raise ValueError("these runs differ in more than their seed (settings or number of held-out "
+                         f"questions): {shared}")
+    seeds = [run["settings"]["seed"] for run in runs]
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"a seed appears twice: {seeds}")
+
+    def mean(values) -> float:
+        values = list(values)
+        return round(sum(values) / len(values), 3)
+
+    details = {order: {**{key: mean(run["details"][order][key] for run in runs) for key in DETAIL_FIGURES},
+                       "replies": runs[0]["details"][order]["replies"], "replies_seed": seeds[0]}
+               for order in ORDERS}
+    return {"n": runs[0]["n"], **{order: mean(run[order] for run in runs) for order in ORDERS},
+            "effect": mean(run[ORDERS[0]] - run[ORDERS[1]] for run in runs),
+            "guess_most_common_total": runs[0]["guess_most_common_total"],
+            "settings": {**shared[0], "seeds": seeds},
+            "runs": [{"seed": seed, **{order: run[order] for order in ORDERS},
+                      "effect": round(run[ORDERS[0]] - run[ORDERS[1]], 3), "wall_minutes": run["wall_minutes"]}
+                     for seed, run in zip(seeds, runs)],
+            "wall_minutes": round(sum(run["wall_minutes"] for run in runs), 2), "details": details}
+
+
 def run_field_order(settings: FieldOrderSettings, *, progress: bool = False) -> dict:
     """Both variants, trained and scored alike; the figures ``results.json`` keeps.
 

@@ -298,7 +298,8 @@ FIELD_ORDER_LABELS = {"evidence_first": "running sums, then total", "conclusion_
 
 
 def read_field_order(path=None) -> dict:
-    """The field-order experiment's results (``data/experiments/field_order/results.json``)."""
+    """The field-order experiment's results (``data/experiments/field_order/results.json``, or
+    another file its build script wrote, such as ``results_3_to_6.json``)."""
     import json
     from pathlib import Path
 
@@ -306,7 +307,7 @@ def read_field_order(path=None) -> dict:
 
     source = Path(path) if path is not None else data_path("experiments", "field_order", "results.json")
     results = json.loads(source.read_text(encoding="utf-8"))
-    for key in ("n", "evidence_first", "conclusion_first", "guess_most_common_total", "details"):
+    for key in ("n", "evidence_first", "conclusion_first", "guess_most_common_total", "runs", "details"):
         if key not in results:
             raise ValueError(f"{source} has no {key!r}: rebuild it with "
                              f"python data/experiments/field_order/build.py")
@@ -314,36 +315,46 @@ def read_field_order(path=None) -> dict:
 
 
 def field_order_lines(results: Mapping) -> list[str]:
-    """The experiment's outcome as sentences built from its figures, one per variant and one for
-    the difference, so a notebook's prose can point at printed numbers."""
-    n, details = results["n"], results["details"]
-    lines = []
+    """The experiment's outcome as sentences built from its figures: one per variant (means over
+    the seeds), one per seed, and one for the difference, so a notebook's prose can point at
+    printed numbers."""
+    n, details, runs = results["n"], results["details"], results["runs"]
+    fewest, most = results["settings"]["numbers_per_question"]
+    lines = [f"{fewest}-{most} numbers per sum, {n} held-out sums, {len(runs)} fine-tuning seed(s) per order "
+             f"(the mean over the seeds):"]
     for order, label in FIELD_ORDER_LABELS.items():
         d = details[order]
-        lines.append(f"{label:<26} total right {round(results[order] * n):>3} of {n} ({results[order]:.0%}); "
-                     f"running sums all right {d['running_right']:.0%}; total equal to its own last sum "
+        lines.append(f"  {label:<26} total right {results[order]:.0%}; running sums all right "
+                     f"{d['running_right']:.0%}; total equal to its own last sum "
                      f"{d['agrees_with_own_running']:.0%}; {d['mean_output_tokens']:.0f} output tokens on average")
-    effect = results["evidence_first"] - results["conclusion_first"]
-    lines.append(f"evidence first minus conclusion first: {effect:+.0%} "
+    for run in runs:
+        lines.append(f"  seed {run['seed']:>4}: running sums first {run['evidence_first']:.0%}, total first "
+                     f"{run['conclusion_first']:.0%}, difference {run['effect']:+.0%}")
+    lines.append(f"  evidence first minus conclusion first: {results['effect']:+.0%} "
                  f"(always guessing the commonest total: {results['guess_most_common_total']:.0%})")
     return lines
 
 
 def plot_field_order(results: Mapping, title: str = "The same sums, two field orders"):
-    """Bars: the share of held-out totals right for each field order, against guessing."""
+    """Bars: the share of held-out totals right for each field order (the mean over the seeds),
+    a dot for each seed's own, and the score of guessing."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     labels = list(FIELD_ORDER_LABELS.values())
     scores = [results[order] for order in FIELD_ORDER_LABELS]
-    bars = ax.bar(labels, scores, color=["tab:green", "tab:red"], width=0.55)
-    for bar, score in zip(bars, scores):
-        ax.text(bar.get_x() + bar.get_width() / 2, score + 0.02, f"{score:.0%}", ha="center", va="bottom")
+    bars = ax.bar(labels, scores, color=["tab:green", "tab:red"], width=0.55, alpha=0.8)
+    for place, (bar, score, order) in enumerate(zip(bars, scores, FIELD_ORDER_LABELS)):
+        ax.text(bar.get_x() + bar.get_width() * 0.8, score + 0.02, f"{score:.0%}", ha="center", va="bottom")
+        seeds = [run[order] for run in results["runs"]]
+        ax.scatter([place] * len(seeds), seeds, color="black", s=14, zorder=3,
+                   label="one seed" if place == 0 else None)
     ax.axhline(results["guess_most_common_total"], color="grey", ls=":", lw=1,
                label="always the commonest total")
     ax.set_ylim(0, 1.1)
+    fewest, most = results["settings"]["numbers_per_question"]
     ax.set_ylabel(f"totals right (of {results['n']} held-out sums)")
-    ax.set_xlabel("order of the fields in the report_total call")
+    ax.set_xlabel(f"order of the fields in the report_total call ({fewest}-{most} numbers per sum)")
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
