@@ -135,7 +135,7 @@ def main() -> None:
         print(f"{'clients':>8} {'tokens/s':>9} {'vs one at a time':>17} {'TTFT p50':>9} {'TTFT p95':>9}  rounds")
         for level in levels:
             speeds = [load.tokens_per_s for load in loads[level]]
-            first = Load(level, 0, 1.0, [t for load in loads[level] for t in load.first_token_s])
+            first = Load.pooled(loads[level])  # every round's first tokens, for the percentiles
             print(f"{level:>8} {statistics.median(speeds):>9.1f} {statistics.median(speeds) / alone:>16.2f}x "
                   f"{first.median_first_token_s * 1000:>7.0f}ms {first.first_token_percentile(0.95) * 1000:>7.0f}ms  "
                   + " ".join(f"{speed / alone:.2f}x" for speed in speeds))

@@ -25,6 +25,13 @@ class Load:
     first_token_s: list[float]
     blocks_per_request: list[int] = field(default_factory=list)  # samples of /v1/stats while it ran
 
+    @classmethod
+    def pooled(cls, loads: list[Load]) -> Load:
+        """Several runs of one load level as one: their tokens, seconds and first tokens together."""
+        return cls(loads[0].clients, sum(load.output_tokens for load in loads), sum(load.seconds for load in loads),
+                   [t for load in loads for t in load.first_token_s],
+                   [b for load in loads for b in load.blocks_per_request])
+
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.seconds

@@ -7,7 +7,8 @@ computes with a KV cache, with the same ops in the same order, so the logits are
 bit (the tests prove it for both families, prefills, decode steps and chunks after a cached
 prefix), but it looks every weight up once, when it is built.
 
-It reads the model's own parameters (no copy), so it sees in-place weight changes, but it skips
+With the default ``plain_linear`` it reads the model's own parameters (no copy), so it sees
+in-place weight changes (a packed ``linear``, as the server uses, copies them), but it skips
 everything only modules have. That gives the rule ``fast_path`` applies:
 
     the fast path is used unless the model is in training mode, a module has a forward hook

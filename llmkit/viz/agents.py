@@ -299,7 +299,7 @@ FIELD_ORDER_LABELS = {"evidence_first": "running sums, then total", "conclusion_
 
 def read_field_order(path=None) -> dict:
     """The field-order experiment's results (``data/experiments/field_order/results.json``, or
-    another file its build script wrote, such as ``results_3_to_6.json``)."""
+    another file its build script wrote, such as ``results_7_to_10.json``)."""
     import json
     from pathlib import Path
 
