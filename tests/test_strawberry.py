@@ -129,6 +129,24 @@ def test_scoring_helpers():
     assert strawberry.answer_count("cranberry has 3 r's.") == 3
     assert strawberry.answer_count("no idea") is None
     assert strawberry.spelled_letters("c r(1) a n b e r(2) r(3) y") == "cranberry"
+    assert strawberry.spelled_letters("c r a n\nc r(1) a m") == "cram"  # the line the count was made on
+    assert strawberry.spelled_letters("") == ""
+
+
+def test_spelling_first_writes_the_plain_spelling_then_the_count(sampler, heldout_words):
+    assert strawberry.counting_steps("berry", "r") == "b e r(1) r(2) y"
+    assert strawberry.counting_steps("berry", "r", spell_first=True) == "b e r r y\nb e r(1) r(2) y"
+    questions = strawberry.count_items(heldout_words["real"])
+    plain = strawberry.format_source("spelled", sampler, questions)(30, "train", 3)
+    first = strawberry.format_source("spelled", sampler, questions, spell_first=True)(30, "train", 3)
+    assert [c.expected.facts for c in plain] == [c.expected.facts for c in first]  # the same items
+    counted = [c for c in first if c.kind == "strawberry_spelled"]
+    assert counted
+    for conversation in counted:
+        facts = conversation.expected.facts
+        spelled, steps = conversation.messages[1]["content"][0]["thinking"].split("\n")
+        assert spelled == spelling.spell(facts["word"])  # exactly what "Spell X." answers
+        assert steps == strawberry.spelled_count(facts["word"], facts["letter"])
     assert strawberry.most_common_answer_share([1, 1, 2, 0]) == 0.5
 
 
@@ -161,6 +179,13 @@ def test_a_quick_run_writes_the_results(tmp_path):
     again = json.loads(out.read_text(encoding="utf-8"))
     assert set(again["train_seconds"].values()) == {0.0}
     assert again["heldout"] == results["heldout"]  # greedy scoring of the same models
+    build.main([*argv, "--spell-first"])  # only the spelled format has other data: only it is trained
+    spelled_first = json.loads(out.read_text(encoding="utf-8"))
+    assert spelled_first["settings"]["spell_first"] is True and "spell_first" not in results["settings"]
+    assert spelled_first["train_seconds"]["spelled"] > 0
+    assert spelled_first["train_seconds"]["direct"] == spelled_first["train_seconds"]["tool"] == 0.0
+    assert (work / "spelled_spell_first" / "model").is_dir() and (work / "spelled" / "model").is_dir()
+    assert len(spelled_first["curves"]["spelled"]) >= 3
 
 
 def test_the_committed_results_match_their_items():

@@ -51,8 +51,22 @@ def strawberry_tasks(fmt: str, *, split: str = "heldout", seed: int = 0, n: int 
             for i, (word, letter) in enumerate(items)]
 
 
-def strawberry_task(fmt: str, split: str, word: str, letter: str, rng: random.Random) -> Conversation:
-    """One strawberry-experiment item in format ``fmt`` (see ``strawberry_tasks``) about any word."""
+def counting_steps(word: str, letter: str, spell_first: bool = False) -> str:
+    """The thinking of the ``spelled`` format: the running count (``spelled_count``), after the plain
+    spelling on a line of its own when ``spell_first``.
+
+    Spelling first writes exactly what the "Spell X." skill writes, so that skill is used as it was
+    learned; the count then walks letter tokens already on the page instead of recalling the word's
+    letters and counting in the same breath.
+    """
+    steps = spelled_count(word, letter)
+    return f"{spell(word)}\n{steps}" if spell_first else steps
+
+
+def strawberry_task(fmt: str, split: str, word: str, letter: str, rng: random.Random, *,
+                    spell_first: bool = False) -> Conversation:
+    """One strawberry-experiment item in format ``fmt`` (see ``strawberry_tasks``) about any word;
+    ``spell_first`` writes the plain spelling before the running count (``counting_steps``)."""
     if fmt == "tool":
         convo = letters_conversation(rng, split, word, letter, offer_others=False)
         return Conversation("strawberry_tool", split, convo.messages, convo.tools, None, convo.expected)
@@ -61,7 +75,7 @@ def strawberry_task(fmt: str, split: str, word: str, letter: str, rng: random.Ra
         return spell_conversation(word, split, kind="strawberry_spell", facts=facts)
     question = LETTER_QUESTIONS[0].format(letter=letter, word=word)
     answer = count_answer(word, letter, facts["count"])
-    content = answer if fmt == "direct" else [{"type": "thinking", "thinking": spelled_count(word, letter)},
+    content = answer if fmt == "direct" else [{"type": "thinking", "thinking": counting_steps(word, letter, spell_first)},
                                               {"type": "text", "text": answer}]
     messages = [{"role": "user", "content": question}, {"role": "assistant", "content": content}]
     return Conversation(f"strawberry_{fmt}", split, messages, None, None,
@@ -73,6 +87,7 @@ def strawberry_task(fmt: str, split: str, word: str, letter: str, rng: random.Ra
 # fine-tuned from that speller on the same (word, letter) items and scored on words it never saw.
 COUNT_FORMATS = ("direct", "spelled", "tool")
 MAX_TOKENS = {"direct": 32, "spelled": 112, "tool": 112, "spell": 64}  # room for a right answer, with slack
+SPELL_FIRST_EXTRA_TOKENS = 64  # the plain spelling before the count: one token a letter, 24 letters at most, and slack
 SHOWCASE = "ungarbarrylirryburirira"
 
 
@@ -125,13 +140,15 @@ def count_items(word_list: list[str], per_word: int = 2, seed: int = 0) -> list[
     return items
 
 
-def format_source(fmt: str, sampler, heldout: list[tuple[str, str]], spelling_share: float = 0.25):
+def format_source(fmt: str, sampler, heldout: list[tuple[str, str]], spelling_share: float = 0.25, *,
+                  spell_first: bool = False):
     """``(n, split, seed) -> conversations`` for fine-tuning format ``fmt`` from the speller.
 
     Train items are lower-case words from ``sampler`` (a ``spelling.WordSampler``) with a
     ``balanced_letter``; the same seed gives the same (word, letter) items in every format. A share
     ``spelling_share`` of them are "Spell X." conversations instead, so the speller keeps its skill
     (as a real model keeps reading its pretraining text). "heldout" draws from ``heldout`` items.
+    ``spell_first``: the ``spelled`` format's thinking spells the word before counting (``counting_steps``).
     """
     if fmt not in COUNT_FORMATS:
         raise ValueError(f"fmt must be one of {COUNT_FORMATS}, got {fmt!r}")
@@ -149,7 +166,7 @@ def format_source(fmt: str, sampler, heldout: list[tuple[str, str]], spelling_sh
             if split == "train" and rng.random() < spelling_share:
                 out.append(spell_conversation(sampler.draw(rng)[0], split))
             else:
-                out.append(strawberry_task(fmt, split, word, letter, item_rng))
+                out.append(strawberry_task(fmt, split, word, letter, item_rng, spell_first=spell_first))
         return out
     return source
 
@@ -161,13 +178,20 @@ def answer_count(text: str) -> int | None:
 
 
 def spelled_letters(thinking: str) -> str:
-    """'s t r(1) a w' -> 'straw': the letters a spelled-out count wrote, its running counts removed."""
-    return "".join(re.sub(r"\(\d+\)", "", thinking).split())
+    """'s t r(1) a w' -> 'straw': the letters a spelled-out count wrote, its running counts removed.
+
+    Only the last line is read: with ``spell_first`` that is the line the count was made on.
+    """
+    lines = thinking.strip().splitlines()
+    return "".join(re.sub(r"\(\d+\)", "", lines[-1]).split()) if lines else ""
 
 
-def score_item(model, tokenizer, fmt: str, word: str, letter: str | None) -> dict:
+def score_item(model, tokenizer, fmt: str, word: str, letter: str | None, *, spell_first: bool = False) -> dict:
     """Ask ``model`` one held-out question in format ``fmt`` ("spell": spell ``word``), greedily,
-    through the one harness loop (``run_conversation``: ``run_agent`` on a ``Client``)."""
+    through the one harness loop (``run_conversation``: ``run_agent`` on a ``Client``).
+
+    The question is the same with or without ``spell_first``; the flag only sets the token budget
+    of the ``spelled`` format, which writes the word twice when it spells first."""
     from llmkit.course.evals import run_conversation
 
     if fmt == "spell":
@@ -175,7 +199,7 @@ def score_item(model, tokenizer, fmt: str, word: str, letter: str | None) -> dic
     else:
         task = strawberry_task(fmt, "heldout", word, letter, random.Random(f"llmkit-strawberry-score|{word}|{letter}"))
     transcript = run_conversation(model, tokenizer, task.prompt, tools=task.tools, system=task.system,
-                                  max_new_tokens=MAX_TOKENS[fmt])
+                                  max_new_tokens=MAX_TOKENS[fmt] + (SPELL_FIRST_EXTRA_TOKENS if spell_first else 0))
     text = transcript.final_text
     thinking = "".join(b["thinking"] for turn in transcript.turns for b in turn if b["type"] == "thinking")
     row = {"word": word, "letter": letter, "output": text, "thinking": thinking,

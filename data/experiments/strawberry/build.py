@@ -69,14 +69,15 @@ def stage_config(name: str, base: str | Path, steps: int, batch_size: int, learn
                           device=args.device, seed=1337, log_every=max(1, steps // 20))
 
 
-def probe(fmt: str, questions: list[tuple[str, str | None]], tokenizer):
+def probe(fmt: str, questions: list[tuple[str, str | None]], tokenizer, spell_first: bool = False):
     """A few held-out questions asked greedily at every held-out report of a stage: the log's
     ``probe`` shows *when* the skill appears (a loss falls long before it does)."""
     def measure(model) -> dict:
         was_training = model.training
         model.eval()
         with torch.no_grad():
-            rows = [strawberry.score_item(model, tokenizer, fmt, word, letter) for word, letter in questions]
+            rows = [strawberry.score_item(model, tokenizer, fmt, word, letter, spell_first=spell_first)
+                    for word, letter in questions]
         model.train(was_training)
         figures = {"accuracy": strawberry.accuracy(rows), "questions": len(rows)}
         if fmt == "spell":
@@ -106,13 +107,14 @@ def train(cfg: FinetuneConfig, source, base_changed: bool, measure=None) -> tupl
     return folder / "model", round(time.perf_counter() - started, 1)
 
 
-def score(model_dir: Path, fmt: str, questions: list[tuple[str, str | None]], device: str) -> tuple[list[dict], float]:
+def score(model_dir: Path, fmt: str, questions: list[tuple[str, str | None]], device: str,
+          spell_first: bool = False) -> tuple[list[dict], float]:
     """Every question asked of the model in ``model_dir``, greedily; ``(rows, seconds)``."""
     model, tokenizer = load_model(model_dir, device=resolve_device(device))
     model.eval()
     started = time.perf_counter()
     with torch.no_grad():
-        rows = [strawberry.score_item(model, tokenizer, fmt, word, letter)
+        rows = [strawberry.score_item(model, tokenizer, fmt, word, letter, spell_first=spell_first)
                 for word, letter in tqdm(questions, desc=f"scoring {fmt}", unit="question")]
     return rows, round(time.perf_counter() - started, 1)
 
@@ -142,11 +144,17 @@ def summary(rows: dict[str, list[dict]], real: set[str], counts: list[int]) -> d
     return out
 
 
-def curves(work: Path, rows: dict) -> dict:
+def stage_name(fmt: str, spell_first: bool) -> str:
+    """The folder of a format's stage: the spelled format trained with ``--spell-first`` has other
+    data, so it gets a folder of its own (the others are the same either way, and are reused)."""
+    return f"{fmt}_spell_first" if spell_first and fmt == "spelled" else fmt
+
+
+def curves(work: Path, rows: dict, spell_first: bool = False) -> dict:
     """Each stage's probe figures at every held-out report, ``{stage: [{"step": ..., "accuracy": ...}, ...]}``."""
     out = {}
     for stage in ("speller", *[f for f in strawberry.COUNT_FORMATS if f in rows]):
-        log = work / stage / "train_log.jsonl"
+        log = work / stage_name(stage, spell_first) / "train_log.jsonl"
         records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.is_file() else []
         out[stage] = [{"step": r["step"], **r["probe"]} for r in records if r.get("kind") == "eval" and "probe" in r]
     return out
@@ -165,6 +173,9 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
                         "or runs/experiments/strawberry_quick with --quick)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    parser.add_argument("--spell-first", action="store_true", help="the spelled format writes the plain spelling "
+                        "on a line of its own, then the running count (strawberry.counting_steps); README: tried, "
+                        "not better")
     parser.add_argument("--quick", action="store_true", help="a tiny run (about a minute): it works, measures nothing")
     args = parser.parse_args(argv)
     args.preset = QUICK if args.quick else FULL
@@ -191,12 +202,13 @@ def main(argv: list[str] | None = None) -> dict:
                "command": " ".join(["python data/experiments/strawberry/build.py", *(argv or sys.argv[1:])]),
                "base": args.base, "vocabulary_coverage": round(spelling.coverage(tokenizer, sampler), 3),
                "settings": {**args.preset, **{k: getattr(args, k) for k in TRAINING}, "spelling_share": SPELLING_SHARE,
-                            "learning_rates": {"speller": SPELLER_LR, "formats": FORMAT_LR}},
+                            "learning_rates": {"speller": SPELLER_LR, "formats": FORMAT_LR},
+                            **({"spell_first": True} if args.spell_first else {})},
                "heldout_words": words, "train_seconds": {}, "score_seconds": {}}
     rows: dict[str, list[dict]] = {}
 
     def save() -> None:
-        results.update(summary(rows, set(words["real"]), counts), curves=curves(Path(args.work), rows), items=rows)
+        results.update(summary(rows, set(words["real"]), counts), curves=curves(Path(args.work), rows, args.spell_first), items=rows)
         atomic_write(args.out, json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
     cfg = stage_config("speller", args.base, args.steps, args.batch_size, SPELLER_LR, args)
@@ -207,11 +219,12 @@ def main(argv: list[str] | None = None) -> dict:
                                                              args.device)
     save()
     for fmt in strawberry.COUNT_FORMATS:
-        cfg = stage_config(fmt, speller, args.format_steps, args.format_batch_size, FORMAT_LR, args)
-        source = strawberry.format_source(fmt, sampler, questions, SPELLING_SHARE)
+        cfg = stage_config(stage_name(fmt, args.spell_first), speller, args.format_steps, args.format_batch_size, FORMAT_LR, args)
+        source = strawberry.format_source(fmt, sampler, questions, SPELLING_SHARE, spell_first=args.spell_first)
         model_dir, results["train_seconds"][fmt] = train(cfg, source, base_changed=seconds > 0,
-                                                         measure=probe(fmt, questions[::PROBE_EVERY * 2], tokenizer))
-        rows[fmt], results["score_seconds"][fmt] = score(model_dir, fmt, questions, args.device)
+                                                         measure=probe(fmt, questions[::PROBE_EVERY * 2], tokenizer,
+                                                                       args.spell_first))
+        rows[fmt], results["score_seconds"][fmt] = score(model_dir, fmt, questions, args.device, args.spell_first)
         save()
         print(f"{fmt:>8}: {results['heldout'][fmt]} right, {results['mean_output_tokens'][fmt]} output tokens "
               f"(spelling alone {results['heldout']['spelling_alone']})", flush=True)
