@@ -206,7 +206,7 @@ def test_the_committed_results_are_consistent_with_their_replies():
     """data/experiments/field_order/results*.json: the keys the issue names, each seed's fractions of
     n, the headline figures their means, the effect their difference, and every stored reply scored
     the way score_reply scores it."""
-    for name in ("results.json", "results_7_to_10.json"):
+    for name in ("results.json", "results_3_to_6_300_steps.json", "results_7_to_10_300_steps.json"):
         results = json.loads((REPO / "data" / "experiments" / "field_order" / name).read_text())
         assert results["n"] >= 100 and len(results["runs"]) >= 3
         for order in ORDERS:

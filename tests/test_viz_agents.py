@@ -195,7 +195,7 @@ def test_plot_invalid_calls_draws_two_segments_per_bar():
 
 
 FIELD_ORDER = {"n": 20, "evidence_first": 0.9, "conclusion_first": 0.35, "effect": 0.55, "guess_most_common_total": 0.1,
-               "settings": {"numbers_per_question": [7, 10], "seeds": [1, 2]},
+               "settings": {"numbers_per_question": [7, 10], "steps": 600, "seeds": [1, 2]},
                "runs": [{"seed": 1, "evidence_first": 0.95, "conclusion_first": 0.3, "effect": 0.65},
                         {"seed": 2, "evidence_first": 0.85, "conclusion_first": 0.4, "effect": 0.45}],
                "details": {order: {"running_right": right, "agrees_with_own_running": agrees, "mean_output_tokens": 41.0}
@@ -205,7 +205,7 @@ FIELD_ORDER = {"n": 20, "evidence_first": 0.9, "conclusion_first": 0.35, "effect
 
 def test_field_order_lines_state_the_figures(tmp_path):
     lines = viz.field_order_lines(FIELD_ORDER)
-    assert lines[0].startswith("7-10 numbers per sum, 20 held-out sums, 2 fine-tuning seed(s)")
+    assert lines[0].startswith("7-10 numbers per sum, 600 fine-tuning steps, 20 held-out sums, 2 fine-tuning seed(s)")
     assert "total right 90%" in lines[1] and "running sums all right 85%" in lines[1]
     assert "total right 35%" in lines[2] and "its own last sum 40%" in lines[2]
     assert "seed    1: running sums first 95%, total first 30%, difference +65%" in lines[3]

@@ -75,8 +75,8 @@ def strawberry_task(fmt: str, split: str, word: str, letter: str, rng: random.Ra
         return spell_conversation(word, split, kind="strawberry_spell", facts=facts)
     question = LETTER_QUESTIONS[0].format(letter=letter, word=word)
     answer = count_answer(word, letter, facts["count"])
-    content = answer if fmt == "direct" else [{"type": "thinking", "thinking": counting_steps(word, letter, spell_first)},
-                                              {"type": "text", "text": answer}]
+    thinking = {"type": "thinking", "thinking": counting_steps(word, letter, spell_first)}
+    content = answer if fmt == "direct" else [thinking, {"type": "text", "text": answer}]
     messages = [{"role": "user", "content": question}, {"role": "assistant", "content": content}]
     return Conversation(f"strawberry_{fmt}", split, messages, None, None,
                         Expected(None, None, (str(facts["count"]),), facts=facts))

@@ -299,7 +299,7 @@ FIELD_ORDER_LABELS = {"evidence_first": "running sums, then total", "conclusion_
 
 def read_field_order(path=None) -> dict:
     """The field-order experiment's results (``data/experiments/field_order/results.json``, or
-    another file its build script wrote, such as ``results_7_to_10.json``)."""
+    another file its build script wrote, such as ``results_3_to_6_300_steps.json``)."""
     import json
     from pathlib import Path
 
@@ -320,8 +320,8 @@ def field_order_lines(results: Mapping) -> list[str]:
     printed numbers."""
     n, details, runs = results["n"], results["details"], results["runs"]
     fewest, most = results["settings"]["numbers_per_question"]
-    lines = [f"{fewest}-{most} numbers per sum, {n} held-out sums, {len(runs)} fine-tuning seed(s) per order "
-             f"(the mean over the seeds):"]
+    lines = [f"{fewest}-{most} numbers per sum, {results['settings']['steps']} fine-tuning steps, {n} held-out sums, "
+             f"{len(runs)} fine-tuning seed(s) per order (the mean over the seeds):"]
     for order, label in FIELD_ORDER_LABELS.items():
         d = details[order]
         lines.append(f"  {label:<26} total right {results[order]:.0%}; running sums all right "

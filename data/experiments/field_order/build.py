@@ -10,9 +10,9 @@ under the schema constraint, and only the total is scored. Writes ``results.json
 Each figure is the mean over several fine-tuning seeds (``runs`` has each seed's own): one seed per
 variant can land far from another.
 
-    python data/experiments/field_order/build.py --threads 2     # the full run (see README.md)
-    python data/experiments/field_order/build.py --threads 2 --numbers 7 10 --seeds 1337 2 3 4 \
-        --out data/experiments/field_order/results_7_to_10.json  # longer lists
+    python data/experiments/field_order/build.py --threads 2     # the full run: 7-10 numbers, 600 steps (README.md)
+    python data/experiments/field_order/build.py --threads 2 --numbers 3 6 --steps 300 \
+        --out data/experiments/field_order/results_3_to_6_300_steps.json  # shorter lists, shorter training
     python data/experiments/field_order/build.py --quick         # about a minute, into runs/field_order/quick/
 """
 from __future__ import annotations
@@ -31,14 +31,15 @@ from llmkit.course.field_order import FieldOrderSettings, combine_runs, run_fiel
 from llmkit.files import atomic_write  # noqa: E402
 
 RESULTS = HERE / "results.json"
-FULL = {"steps": 300, "heldout": 200, "numbers": [3, 6], "seeds": [1337, 2, 3]}
+FULL = {"steps": 600, "heldout": 200, "numbers": [7, 10], "seeds": [1337, 2, 3]}
 QUICK = {"steps": 20, "heldout": 12, "numbers": [3, 6], "seeds": [1337]}  # a look at the plumbing, not at the effect
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="base", help="the model both variants start from: 'base' or a model folder")
-    parser.add_argument("--steps", type=int, help="fine-tuning steps per variant (default 300; --quick: 20)")
+    parser.add_argument("--steps", type=int,
+                        help=f"fine-tuning steps per variant (default {FULL['steps']}; --quick: {QUICK['steps']})")
     parser.add_argument("--heldout", type=int, help="held-out questions per variant (default 200; --quick: 12)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seeds", type=int, nargs="+", help=f"fine-tuning seeds, one run of both variants each "

@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
     rows: dict[str, list[dict]] = {}
 
     def save() -> None:
-        results.update(summary(rows, set(words["real"]), counts), curves=curves(Path(args.work), rows, args.spell_first), items=rows)
+        results.update(summary(rows, set(words["real"]), counts),
+                       curves=curves(Path(args.work), rows, args.spell_first), items=rows)
         atomic_write(args.out, json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
     cfg = stage_config("speller", args.base, args.steps, args.batch_size, SPELLER_LR, args)
@@ -219,7 +220,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                              args.device)
     save()
     for fmt in strawberry.COUNT_FORMATS:
-        cfg = stage_config(stage_name(fmt, args.spell_first), speller, args.format_steps, args.format_batch_size, FORMAT_LR, args)
+        cfg = stage_config(stage_name(fmt, args.spell_first), speller, args.format_steps, args.format_batch_size,
+                           FORMAT_LR, args)
         source = strawberry.format_source(fmt, sampler, questions, SPELLING_SHARE, spell_first=args.spell_first)
         model_dir, results["train_seconds"][fmt] = train(cfg, source, base_changed=seconds > 0,
                                                          measure=probe(fmt, questions[::PROBE_EVERY * 2], tokenizer,
