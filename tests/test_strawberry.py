@@ -188,14 +188,15 @@ def test_a_quick_run_writes_the_results(tmp_path):
     assert len(spelled_first["curves"]["spelled"]) >= 3
 
 
-def test_the_committed_results_match_their_items():
-    """data/experiments/strawberry/results.json: the keys issue 14 names, every accuracy recomputed from
+@pytest.mark.parametrize("name", ["results.json", "results_format_steps_400.json", "results_spell_first.json"])
+def test_the_committed_results_match_their_items(name):
+    """data/experiments/strawberry/results*.json: the keys issue 14 names, every accuracy recomputed from
     the stored items, each item's count the true count, and the baseline from the counts asked."""
-    results = json.loads(data_path("experiments", "strawberry", "results.json").read_text(encoding="utf-8"))
-    name = {"spell": "spelling_alone"}
+    results = json.loads(data_path("experiments", "strawberry", name).read_text(encoding="utf-8"))
+    figure = {"spell": "spelling_alone"}
     assert set(results["heldout"]) == {"direct", "spelled", "tool", "spelling_alone"}
     for fmt, items in results["items"].items():
-        assert results["heldout"][name.get(fmt, fmt)] == strawberry.accuracy(items)
+        assert results["heldout"][figure.get(fmt, fmt)] == strawberry.accuracy(items)
         for item in items:
             if fmt != "spell":
                 assert item["count"] == strawberry.count_letters(item["word"], item["letter"])
@@ -203,3 +204,7 @@ def test_the_committed_results_match_their_items():
     assert len(counts) == results["n"]
     assert results["most_common_answer_baseline"] == strawberry.most_common_answer_share(counts)
     assert set(results["mean_output_tokens"]) == set(results["heldout"])
+    spelled = results["items"]["spelled"]  # the spelling the count was made on, read again from the thinking
+    assert [item["spelled_right"] for item in spelled] == \
+           [strawberry.spelled_letters(item["thinking"]) == item["word"] for item in spelled]
+    assert results["spelled_the_word_right"] == round(sum(i["spelled_right"] for i in spelled) / len(spelled), 3)

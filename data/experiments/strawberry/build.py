@@ -47,9 +47,9 @@ from llmkit.training.config import FinetuneConfig  # noqa: E402
 from llmkit.training.finetune import finetune  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-# the full run is sized for about 30 minutes on two CPU cores with the shipped base model; most of
-# it goes to the speller, the prerequisite, which learns slowly (README.md)
-FULL = {"steps": 2500, "batch_size": 32, "format_steps": 400, "format_batch_size": 16,
+# the full run takes about an hour on two CPU cores with the shipped base model: the speller, the
+# prerequisite, learns slowly, and the tool format's conversations are long (README.md)
+FULL = {"steps": 2500, "batch_size": 32, "format_steps": 1200, "format_batch_size": 16,
         "real": 24, "invented": 24, "per_word": 2}
 QUICK = {"steps": 8, "batch_size": 4, "format_steps": 4, "format_batch_size": 4,
          "real": 2, "invented": 2, "per_word": 1}
