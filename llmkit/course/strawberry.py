@@ -55,9 +55,10 @@ def counting_steps(word: str, letter: str, spell_first: bool = False) -> str:
     """The thinking of the ``spelled`` format: the running count (``spelled_count``), after the plain
     spelling on a line of its own when ``spell_first``.
 
-    Spelling first writes exactly what the "Spell X." skill writes, so that skill is used as it was
-    learned; the count then walks letter tokens already on the page instead of recalling the word's
-    letters and counting in the same breath.
+    The idea: spelling first writes exactly what the "Spell X." skill writes, and the count then
+    walks letter tokens already on the page instead of recalling the word's letters and counting in
+    the same breath. Measured, it did not help at this size: the plain spelling inside the answer
+    was as unreliable as the spelling inside the running count (data/experiments/strawberry/README.md).
     """
     steps = spelled_count(word, letter)
     return f"{spell(word)}\n{steps}" if spell_first else steps
