@@ -131,6 +131,7 @@ def test_scoring_helpers():
     assert strawberry.spelled_letters("c r(1) a n b e r(2) r(3) y") == "cranberry"
     assert strawberry.spelled_letters("c r a n\nc r(1) a m") == "cram"  # the line the count was made on
     assert strawberry.spelled_letters("") == ""
+    assert strawberry.most_common_answer_share([1, 1, 2, 0]) == 0.5
 
 
 def test_spelling_first_writes_the_plain_spelling_then_the_count(sampler, heldout_words):
@@ -147,7 +148,6 @@ def test_spelling_first_writes_the_plain_spelling_then_the_count(sampler, heldou
         spelled, steps = conversation.messages[1]["content"][0]["thinking"].split("\n")
         assert spelled == spelling.spell(facts["word"])  # exactly what "Spell X." answers
         assert steps == strawberry.spelled_count(facts["word"], facts["letter"])
-    assert strawberry.most_common_answer_share([1, 1, 2, 0]) == 0.5
 
 
 def load_build():
