@@ -505,6 +505,21 @@ def test_argument_copy_sorts_values_by_whether_the_prompt_spells_them_in_the_sam
         assert argument_copy(_Oracle(spec.render(spaced).ids, spaced.vocab_size), spaced, [spec])["in_prompt"]["n"] == 2
 
 
+def test_argument_copy_says_whether_a_miss_was_the_first_token_or_a_later_one(tokenizer):
+    from llmkit.course.skill_scores import argument_copy, argument_values
+
+    tok = tokenizer
+    specs = [s for s in make_skills(12, split="seen", seed=4, kinds=["weather", "tool"]) if s.expected.calls]
+    values = list(argument_values(tok, specs))
+    spec, ids, positions, _ = next(v for v in values if len(v[2]) > 1)  # a value of two tokens or more
+    firsts = frozenset(p for s, _, ps, _ in values if s is spec for p in ps[:1])
+    laters = frozenset(p for s, _, ps, _ in values if s is spec for p in ps[1:])
+    first_missed = argument_copy(_Oracle(ids, tok.vocab_size, wrong_at=firsts), tok, [spec])["in_prompt"]
+    assert (first_missed["right"], first_missed["first_token"], first_missed["later_tokens"]) == (0.0, 0.0, 1.0)
+    later_missed = argument_copy(_Oracle(ids, tok.vocab_size, wrong_at=laters), tok, [spec])["in_prompt"]
+    assert later_missed["first_token"] == 1.0 and later_missed["later_tokens"] == 0.0 and later_missed["n_later"] >= 1
+
+
 @pytest.mark.parametrize("split", ["train", "unseen_values", "unseen_phrasings_and_tools"])
 def test_every_call_is_preceded_by_the_words_of_its_tool_line(split):
     """The thinking before each call is words of the request that the chosen tool's line has (and,

@@ -358,16 +358,31 @@ def argument_copy(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
     Every token before the value is given, so this is copying alone. The values are split in two
     (``argument_values``): ``in_prompt``, whose tokens occur in that order in the prompt, so a
     model can copy them token by token; and ``respelled``, which the prompt has in other tokens.
+    Each group also says where a copy goes wrong: ``first_token`` (the value's first token right:
+    the model found the word to copy) and ``later_tokens`` (for values of two tokens or more, every
+    later token right once the first is given: it copied on from there), with ``n_later``.
     """
     import torch
 
-    counts = {"in_prompt": [0, 0], "respelled": [0, 0]}
+    counts = {group: {"right": 0, "first": 0, "later": 0, "n": 0, "n_later": 0} for group in ("in_prompt", "respelled")}
     for spec, ids, positions, group in argument_values(tokenizer, specs):
         with torch.no_grad():
             logits = model(torch.tensor([ids[:positions[-1] + 1]], device=next(model.parameters()).device))[0]
-        counts[group][0] += all(int(logits[i - 1].argmax()) == ids[i] for i in positions)
-        counts[group][1] += 1
-    return {group: {"right": right / n if n else float("nan"), "n": n} for group, (right, n) in counts.items()}
+        hits = [int(logits[i - 1].argmax()) == ids[i] for i in positions]
+        tally = counts[group]
+        tally["right"] += all(hits)
+        tally["first"] += hits[0]
+        tally["n"] += 1
+        if len(hits) > 1:
+            tally["later"] += all(hits[1:])
+            tally["n_later"] += 1
+
+    def share(part: int, whole: int) -> float:
+        return part / whole if whole else float("nan")
+
+    return {group: {"right": share(c["right"], c["n"]), "n": c["n"], "first_token": share(c["first"], c["n"]),
+                    "later_tokens": share(c["later"], c["n_later"]), "n_later": c["n_later"]}
+            for group, c in counts.items()}
 
 
 def argument_values(tokenizer, specs: list[SkillConversation]):
