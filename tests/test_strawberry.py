@@ -188,7 +188,8 @@ def test_a_quick_run_writes_the_results(tmp_path):
     assert len(spelled_first["curves"]["spelled"]) >= 3
 
 
-@pytest.mark.parametrize("name", ["results.json", "results_format_steps_400.json", "results_spell_first.json"])
+@pytest.mark.parametrize("name", ["results.json", "results_shipped_base.json", "results_format_steps_400.json",
+                                  "results_spell_first.json"])
 def test_the_committed_results_match_their_items(name):
     """data/experiments/strawberry/results*.json: the keys issue 14 names, every accuracy recomputed from
     the stored items, each item's count the true count, and the baseline from the counts asked."""
@@ -208,3 +209,12 @@ def test_the_committed_results_match_their_items(name):
     assert [item["spelled_right"] for item in spelled] == \
            [strawberry.spelled_letters(item["thinking"]) == item["word"] for item in spelled]
     assert results["spelled_the_word_right"] == round(sum(i["spelled_right"] for i in spelled) / len(spelled), 3)
+
+
+def test_the_full_run_says_how_to_build_its_base_when_it_is_missing(tmp_path, monkeypatch):
+    """The full run starts from the recipe's word-copying base; without it, the error names the command."""
+    build = load_build()
+    monkeypatch.setattr(build, "REPO", tmp_path)  # a checkout where the recipe has not run
+    with pytest.raises(SystemExit, match="recipe_words.json --stop-after pretrain_words"):
+        build.main(["--out", str(tmp_path / "results.json"), "--work", str(tmp_path / "work")])
+    assert build.base_folder("base") == "base"  # a shipped model's name is passed on as it is

@@ -4,7 +4,9 @@ Source note 002 claims: the letters of a word are recoverable from its tokens (a
 it), but counting a letter *directly* fails; spelling the word out with a running count first
 (reasoning tokens) or calling a ``count_letters`` tool fixes it, at a price in output tokens.
 
-A claim about models that can spell needs a model that can. So, from the base model:
+A claim about models that can spell needs a model that can. So, from a base model that copies
+words (the recipe's ``pretrain_words`` stage: the shipped base after practice at copying whole
+words; why: README.md):
 
 1. **speller**: fine-tune on "Spell X." -> "x y z" for every letter token of the vocabulary and
    for words built from several tokens (corpus words, invented words, random token glue);
@@ -16,6 +18,7 @@ A claim about models that can spell needs a model that can. So, from the base mo
    invented words (never in any training data), two letters per word, the letter drawn so that
    the true counts are spread (``balanced_letter``): accuracy and mean output tokens.
 
+    python -m llmkit recipe data/models/recipe_words.json --stop-after pretrain_words  # its base, ~30 min
     python data/experiments/strawberry/build.py                       # the full run (see README.md)
     python data/experiments/strawberry/build.py --quick   # about a minute; runs/experiments/strawberry_quick/
 
@@ -47,7 +50,7 @@ from llmkit.training.config import FinetuneConfig  # noqa: E402
 from llmkit.training.finetune import finetune  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-# the full run takes about an hour on two CPU cores with the shipped base model: the speller, the
+# the full run takes about an hour on two CPU cores (and its base half an hour more): the speller, the
 # prerequisite, learns slowly, and the tool format's conversations are long (README.md)
 FULL = {"steps": 2500, "batch_size": 32, "format_steps": 1200, "format_batch_size": 16,
         "real": 24, "invented": 24, "per_word": 2}
@@ -57,6 +60,22 @@ TRAINING = ("steps", "batch_size", "format_steps", "format_batch_size")
 SPELLING_SHARE = 0.25  # of every format batch: "Spell X." conversations, so the skill is kept
 SPELLER_LR, FORMAT_LR = 1.5e-3, 1e-3
 PROBE_EVERY = 4  # the probe asks every 4th held-out word (every 8th question) at each held-out report
+# the full run starts from the recipe's base that practised copying whole words (README.md: from the
+# shipped base, the spelling inside an answer began at the wrong word); --quick from the shipped base
+WORD_COPYING_BASE = "runs/recipe_words/pretrain_words/shipped"
+WORD_COPYING_RECIPE = "python -m llmkit recipe data/models/recipe_words.json --stop-after pretrain_words"
+
+
+def base_folder(base: str) -> str | Path:
+    """The model to start from: a shipped model's name as it is, the word-copying base found in
+    this checkout (a clear error if it was not built), any other folder as given."""
+    if base != WORD_COPYING_BASE:
+        return base
+    folder = REPO / WORD_COPYING_BASE
+    if not (folder / "model.safetensors").is_file():
+        raise SystemExit(f"the base that copies words is not built yet: run `{WORD_COPYING_RECIPE}` "
+                         f"(about 30 minutes on 2 cores), or pass --base base to start from the shipped base")
+    return folder
 
 
 def stage_config(name: str, base: str | Path, steps: int, batch_size: int, learning_rate: float,
@@ -162,7 +181,8 @@ def curves(work: Path, rows: dict, spell_first: bool = False) -> dict:
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", default="base", help="the model to start from: 'base' or a model folder")
+    parser.add_argument("--base", help=f"the model to start from: a shipped model ('base') or a model folder "
+                        f"(default {WORD_COPYING_BASE}, made by `{WORD_COPYING_RECIPE}`; 'base' with --quick)")
     parser.add_argument("--steps", type=int, help=f"spelling-stage steps (default {FULL['steps']})")
     parser.add_argument("--batch-size", type=int, help=f"spelling-stage batch (default {FULL['batch_size']})")
     parser.add_argument("--format-steps", type=int, help=f"steps per format (default {FULL['format_steps']})")
@@ -179,6 +199,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a tiny run (about a minute): it works, measures nothing")
     args = parser.parse_args(argv)
     args.preset = QUICK if args.quick else FULL
+    args.base = args.base or ("base" if args.quick else WORD_COPYING_BASE)
     args.work = args.work or str(REPO / "runs" / "experiments" / ("strawberry_quick" if args.quick else "strawberry"))
     args.out = args.out or (str(Path(args.work) / "results.json") if args.quick else str(HERE / "results.json"))
     for key in TRAINING:
@@ -191,7 +212,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = arguments(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    tokenizer = Tokenizer.load(model_folder(args.base) / TOKENIZER_FILE)
+    base = base_folder(args.base)
+    tokenizer = Tokenizer.load(model_folder(base) / TOKENIZER_FILE)
     words = strawberry.heldout_words(args.preset["real"], args.preset["invented"])
     held_out = sorted(set(words["real"]) | set(words["invented"]))
     sampler = spelling.WordSampler(tokenizer, spelling.token_contexts(tokenizer),
@@ -212,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
                        curves=curves(Path(args.work), rows, args.spell_first), items=rows)
         atomic_write(args.out, json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
-    cfg = stage_config("speller", args.base, args.steps, args.batch_size, SPELLER_LR, args)
+    cfg = stage_config("speller", base, args.steps, args.batch_size, SPELLER_LR, args)
     speller, seconds = train(cfg, spelling.spelling_source(sampler, held_out), base_changed=False,
                              measure=probe("spell", [(w, None) for w in held_out[::PROBE_EVERY]], tokenizer))
     results["train_seconds"]["speller"] = seconds
