@@ -218,3 +218,8 @@ def test_the_full_run_says_how_to_build_its_base_when_it_is_missing(tmp_path, mo
     with pytest.raises(SystemExit, match="recipe_words.json --stop-after pretrain_words"):
         build.main(["--out", str(tmp_path / "results.json"), "--work", str(tmp_path / "work")])
     assert build.base_folder("base") == "base"  # a shipped model's name is passed on as it is
+
+
+def test_started_on_the_word_reads_the_first_spelled_letter():
+    assert strawberry.started_on_the_word({"word": "cranberry", "thinking": "c r(1) a n"})
+    assert not strawberry.started_on_the_word({"word": "cranberry", "thinking": "s t r(1) a n"})

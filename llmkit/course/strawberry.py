@@ -187,6 +187,12 @@ def spelled_letters(thinking: str) -> str:
     return "".join(re.sub(r"\(\d+\)", "", lines[-1]).split()) if lines else ""
 
 
+def started_on_the_word(item: dict) -> bool:
+    """Whether a scored spelled item's thinking began with its word's first letter: the step that
+    fails when the model cannot find the word in the question."""
+    return spelled_letters(item["thinking"])[:1] == item["word"][:1]
+
+
 def score_item(model, tokenizer, fmt: str, word: str, letter: str | None, *, spell_first: bool = False) -> dict:
     """Ask ``model`` one held-out question in format ``fmt`` ("spell": spell ``word``), greedily,
     through the one harness loop (``run_conversation``: ``run_agent`` on a ``Client``).
