@@ -3,6 +3,7 @@ import json
 import random
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -171,13 +172,20 @@ def test_a_quick_run_writes_the_results(tmp_path):
             assert {"word", "letter", "count", "output", "output_tokens", "correct"} <= set(row)
             assert row["count"] == strawberry.count_letters(row["word"], row["letter"])
             assert row["output_tokens"] > 0
-    for stage in ("speller", *strawberry.COUNT_FORMATS):  # the probe's curve: one point per held-out report
+    for stage in ("speller", "speller_polish", *strawberry.COUNT_FORMATS):  # the probe: a point per held-out report
         steps = [point["step"] for point in results["curves"][stage]]
         assert steps[0] == 0 and steps == sorted(steps) and len(steps) >= 3
         assert all(0.0 <= point["accuracy"] <= 1.0 for point in results["curves"][stage])
+    assert results["settings"]["polish_steps"] > 0 and set(results["train_seconds"]) == \
+        {"speller", "speller_polish", *strawberry.COUNT_FORMATS}
+    polish = json.loads((work / "direct" / "sft_config.json").read_text(encoding="utf-8"))["base_model"]
+    assert Path(polish) == work / "speller_polish" / "model"  # the formats start from the polished speller
     build.main(argv)  # again: every stage's model is there with the same settings, nothing is retrained
     again = json.loads(out.read_text(encoding="utf-8"))
     assert set(again["train_seconds"].values()) == {0.0}
+    assert again["stage_seconds"] == results["stage_seconds"]  # the reused stages' time, read from their logs
+    assert set(results["stage_seconds"]) == set(results["train_seconds"])
+    assert all(seconds > 0 for seconds in results["stage_seconds"].values())
     assert again["heldout"] == results["heldout"]  # greedy scoring of the same models
     build.main([*argv, "--spell-first"])  # only the spelled format has other data: only it is trained
     spelled_first = json.loads(out.read_text(encoding="utf-8"))
@@ -223,3 +231,12 @@ def test_the_full_run_says_how_to_build_its_base_when_it_is_missing(tmp_path, mo
 def test_started_on_the_word_reads_the_first_spelled_letter():
     assert strawberry.started_on_the_word({"word": "cranberry", "thinking": "c r(1) a n"})
     assert not strawberry.started_on_the_word({"word": "cranberry", "thinking": "s t r(1) a n"})
+
+
+def test_stage_seconds_take_each_stage_at_its_usual_pace():
+    """A paused stage logs one slow line; the time reported is the median pace times the steps."""
+    build = load_build()
+    logs = {"speller": [{"kind": "eval", "step": 0}, {"kind": "train", "step": 10, "seconds": 5.0},
+                        {"kind": "train", "step": 20, "seconds": 5.0}, {"kind": "train", "step": 30, "seconds": 500.0}],
+            "direct": []}
+    assert build.stage_seconds(logs) == {"speller": 15.0, "direct": 0.0}

@@ -225,6 +225,9 @@ def test_strawberry_experiment_rows_take_each_scored_format(tmp_path):
     assert rows[0]["accuracy_real_words"] == 0.5 and len(rows[0]["items"]) == 2
     fig = viz.plot_strawberry(rows, baseline=0.4)
     assert [round(p.get_height(), 2) for p in fig.axes[0].patches] == [0.25, 0.5]
+    results["settings"]["polish_steps"] = 1000  # a polished speller's steps count both schedules
+    path.write_text(json.dumps(results))
+    assert [r["steps"] for r in viz.strawberry_experiment_rows(path)] == [400, 3500]
     results["heldout"] = {"spelling_alone": None}
     path.write_text(json.dumps(results))
     with pytest.raises(ValueError, match="build.py"):

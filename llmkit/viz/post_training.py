@@ -293,7 +293,8 @@ def strawberry_rows(folder: str | Path | None = None) -> list[dict]:
 def strawberry_experiment_rows(path: str | Path | None = None) -> list[dict]:
     """The second strawberry experiment, from a model taught to spell first
     (``data/experiments/strawberry/results.json``), as rows shaped like ``strawberry_rows``': one per
-    format it has scored so far, ``spell`` being the speller asked to spell the held-out words."""
+    format it has scored so far, ``spell`` being the speller asked to spell the held-out words (its
+    steps count the polish steps too)."""
     path = Path(path) if path is not None else data_path("experiments", "strawberry", "results.json")
     results = json.loads(path.read_text(encoding="utf-8"))
     settings, rows = results["settings"], []
@@ -301,7 +302,8 @@ def strawberry_experiment_rows(path: str | Path | None = None) -> list[dict]:
         key = "spelling_alone" if fmt == "spell" else fmt
         if results["heldout"].get(key) is None:
             continue  # that stage has not run yet
-        rows.append({"format": fmt, "steps": settings["steps" if fmt == "spell" else "format_steps"],
+        steps = settings["steps"] + settings.get("polish_steps", 0) if fmt == "spell" else settings["format_steps"]
+        rows.append({"format": fmt, "steps": steps,
                      "accuracy": results["heldout"][key],
                      "accuracy_real_words": results["heldout_real_words"][key],
                      "accuracy_invented_words": results["heldout_invented_words"][key],
