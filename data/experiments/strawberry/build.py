@@ -211,7 +211,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
                         f"(default {WORD_COPYING_BASE}, made by `{WORD_COPYING_RECIPE}`; 'base' with --quick)")
     parser.add_argument("--steps", type=int, help=f"spelling-stage steps (default {FULL['steps']})")
     parser.add_argument("--polish-steps", type=int, help=f"then this many more spelling steps from the speller at "
-                        f"a third of its learning rate, on fresh conversations (default {FULL['polish_steps']}: none)")
+                        f"a third of its learning rate, on fresh conversations (default {FULL['polish_steps']}; 0: none)")
     parser.add_argument("--batch-size", type=int, help=f"spelling-stage batch (default {FULL['batch_size']})")
     parser.add_argument("--format-steps", type=int, help=f"steps per format (default {FULL['format_steps']})")
     parser.add_argument("--format-batch-size", type=int, help=f"format batch (default {FULL['format_batch_size']})")
