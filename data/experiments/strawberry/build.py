@@ -48,6 +48,7 @@ from llmkit.files import atomic_write  # noqa: E402
 from llmkit.model.weights import TOKENIZER_FILE, load_model, model_folder  # noqa: E402
 from llmkit.paths import data_path  # noqa: E402
 from llmkit.tokens.tokenizer import Tokenizer  # noqa: E402
+from llmkit.training.checkpoint import read_log  # noqa: E402
 from llmkit.training.config import FinetuneConfig  # noqa: E402
 from llmkit.training.finetune import finetune  # noqa: E402
 
@@ -181,7 +182,7 @@ def stage_logs(work: Path, rows: dict, spell_first: bool = False, polished: bool
     logs = {}
     for stage in (*spellers, *[f for f in strawberry.COUNT_FORMATS if f in rows]):
         log = work / stage_name(stage, spell_first) / "train_log.jsonl"
-        logs[stage] = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.is_file() else []
+        logs[stage] = read_log(log) if log.is_file() else []
     return logs
 
 
