@@ -252,3 +252,11 @@ def test_the_main_results_meet_the_issue_targets():
     defaults = load_build().FULL  # what build.py runs with no options is what was measured
     assert all(results["settings"][key] == defaults[key] for key in ("steps", "polish_steps", "format_steps"))
     assert set(results["stage_seconds"]) == {"speller", "speller_polish", *strawberry.COUNT_FORMATS}
+
+
+def test_where_the_input_was_right_counts_answers_on_a_right_input():
+    right, wrong = {"spelled_right": True, "called_tool_right": True}, {"spelled_right": False, "called_tool_right": False}
+    results = {"items": {"spelled": [{**right, "correct": True}, {**right, "correct": False}, {**wrong, "correct": True}],
+                         "tool": [{**right, "correct": True}, {**wrong, "correct": False}]}}
+    assert strawberry.where_the_input_was_right(results) == {"spelled_right": 2, "counted_right_on_it": 1,
+                                                             "exact_calls": 1, "answered_right_on_them": 1}

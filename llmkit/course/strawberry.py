@@ -193,6 +193,15 @@ def started_on_the_word(item: dict) -> bool:
     return spelled_letters(item["thinking"])[:1] == item["word"][:1]
 
 
+def where_the_input_was_right(results: dict) -> dict[str, int]:
+    """How often a run's spelled thinking spelled the word right and its tool call carried the exact
+    word, and how many of those answers were right: whether a format fails at its input or after it."""
+    spelled = [item for item in results["items"]["spelled"] if item["spelled_right"]]
+    called = [item for item in results["items"]["tool"] if item["called_tool_right"]]
+    return {"spelled_right": len(spelled), "counted_right_on_it": sum(item["correct"] for item in spelled),
+            "exact_calls": len(called), "answered_right_on_them": sum(item["correct"] for item in called)}
+
+
 def score_item(model, tokenizer, fmt: str, word: str, letter: str | None, *, spell_first: bool = False) -> dict:
     """Ask ``model`` one held-out question in format ``fmt`` ("spell": spell ``word``), greedily,
     through the one harness loop (``run_conversation``: ``run_agent`` on a ``Client``).
