@@ -66,6 +66,8 @@ def eval_scores(client: Client, per_kind: int) -> dict[str, dict]:
 
 
 def measure(folder: Path, per_kind: int, conversations: int = ARGUMENT_CONVERSATIONS) -> dict:
+    """Both measures for one model folder, and the seconds they took; the model is loaded as stored
+    (a recipe stage's ``shipped/`` copy is the bf16-rounded model that would ship)."""
     started = time.perf_counter()
     client = Client(folder)
     result = {"argument_copy": copy_scores(client, conversations), "evals": eval_scores(client, per_kind)}
