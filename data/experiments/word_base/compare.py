@@ -1,7 +1,7 @@
 """Two chat checkpoints of the same stage side by side: held-out argument copying and the skill evals.
 
     python data/experiments/word_base/compare.py \
-        --model shipped=data/models/skills --model words=RUN/sft_skills/shipped [--per-kind 40] [--threads 2]
+        --model shipped=data/models/skills --model words=RUN/sft_skills/shipped [--per-kind 50] [--threads 2]
 
 Made to ask one question: does ``sft_skills`` learn to copy arguments better from the base that
 copies across a space (``recipe_words.json``: ``pretrain_words``) than from the shipped base? Both
@@ -123,7 +123,7 @@ def main() -> None:
                         help="a name for the table and a model folder; give two or more")
     parser.add_argument("--probe-logs", nargs="+", metavar="NAME=LOG",
                         help="instead, print the probe the runs' train_log.jsonl recorded")
-    parser.add_argument("--per-kind", type=int, default=40, help="eval conversations per kind and split")
+    parser.add_argument("--per-kind", type=int, default=50, help="eval conversations per kind and split")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
     args = parser.parse_args()
