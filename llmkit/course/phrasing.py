@@ -81,7 +81,8 @@ GRAMMARS = {(intent, split): grammar(intent, split) for intent in INTENTS for sp
 
 
 def template(rng: random.Random, intent: str, split: str = "train", *, noise: bool = True,
-             chatter: Callable[[], str] | None = None, later_forms: bool = False, wider: bool = False) -> str:
+             chatter: Callable[[], str] | None = None, later_forms: bool = False, wider: bool = False,
+             form: str | None = None) -> str:
     """One surface form of ``intent`` with its ``{slots}`` still unfilled.
 
     A form is always there; everything else is optional. A request in two sentences comes from
@@ -89,10 +90,12 @@ def template(rng: random.Random, intent: str, split: str = "train", *, noise: bo
     and then, outside the slots. ``chatter``, a function that returns a word, adds a sentence of
     talk before or after the request now and then, its nouns drawn from that function.
     ``later_forms`` adds the forms written after the recipe's corpus was built, ``wider`` those
-    written after its skills stage was trained.
+    written after its skills stage was trained. ``form`` replaces the grammar's forms with one
+    written elsewhere (``open_framing.open_form``); the talk around it is the grammar's.
     """
     g = GRAMMARS[(intent, phrasing_split(split))]
-    form = rng.choice(g.forms + (g.later_forms if later_forms else ()) + (g.wider_forms if wider else ()))
+    if form is None:
+        form = rng.choice(g.forms + (g.later_forms if later_forms else ()) + (g.wider_forms if wider else ()))
     parts = []
     if rng.random() < 0.35:
         parts.append(rng.choice(g.openers))

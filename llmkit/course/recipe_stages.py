@@ -208,7 +208,7 @@ def has_checkpoint(folder: Path) -> bool:
     return any(folder.glob("checkpoint*"))
 
 
-COURSE_SETTINGS = ("kinds", "probe", "lookup_weight", "wider_phrasings")  # a fine-tuning stage's settings about the course's data
+COURSE_SETTINGS = ("kinds", "probe", "lookup_weight", "wider_phrasings", "open_framing")  # a fine-tuning stage's settings about the course's data
 
 
 def _finetune_config(settings: dict, base: Path, folder: Path, device: str | None):
@@ -235,7 +235,8 @@ def run_finetune(stage: str, settings: dict, folder: Path, log: logging.Logger, 
              ", resuming from the last checkpoint" if resume else "")
     if not finetune_stage(stage, cfg, kinds=settings.get("kinds"), probe=settings.get("probe"), resume=resume,
                           stop_after=stop_at_step, progress=progress, lookup_weight=settings.get("lookup_weight", 1.0),
-                          wider_phrasings=settings.get("wider_phrasings", False)):
+                          wider_phrasings=settings.get("wider_phrasings", False),
+                          open_framing=settings.get("open_framing", False)):
         return None
     # the copy a recipe may ship part-way (say the skills model, to go on in a later sitting);
     # a stage that ships hands it, not model/, to the next stage, trained or restored alike

@@ -31,9 +31,10 @@ from llmkit.chat.tools import Tool, run_tool_call
 from llmkit.course.lookups import call_note, lookup_note, lookup_weights
 from llmkit.course.phrasing import fill, template
 from llmkit.course.phrasing_pools import CHITCHAT_ANSWERS, HELDOUT, PLAYS, TRAIN
+from llmkit.course.open_framing import OPEN_RATE, open_argument_styles, open_form, open_joiners, tool_words
 from llmkit.course.toolgen import GenTool, chatter_word, draw_arguments, make_tool, say_arguments
 from llmkit.course.tools import calculator, count_letters, get_weather, web_search
-from llmkit.course.values import DAYS, draw, value_split
+from llmkit.course.values import DAYS, draw
 
 SPLIT_SOURCES = {"train": ("train", "train", "train"), "seen": ("train", "train", "train"),  # (phrasings, tools, values)
     "unseen_values": ("train", "train", "heldout"), "unseen_phrasings_and_tools": ("heldout", "heldout", "heldout"),
@@ -111,14 +112,16 @@ def _subject_of(name: str) -> str:
 class _Builder:
     """The state one conversation is built with: its random stream and its three splits."""
 
-    def __init__(self, rng: random.Random, split: str, invent_every_word: bool = True, wider: bool = False):
+    def __init__(self, rng: random.Random, split: str, invent_every_word: bool = True, wider: bool = False,
+                 open_framing: bool = False):
         self.rng, self.split, self.invent_every_word, self.wider, self.calls = rng, split, invent_every_word, wider, 0
+        self.open_framing = open_framing
         self.phrasing, self.tool_split, self.value_split = splits_of(split)
         self.pieces = TRAIN if self.phrasing == "train" else HELDOUT
 
-    def say(self, intent: str, **values) -> str:
+    def say(self, intent: str, form: str | None = None, **values) -> str:
         skill = self.invent_every_word  # False: the corpus's dialogues, whose text must stay what the base learned
-        return fill(template(self.rng, intent, self.phrasing, later_forms=skill, wider=self.wider,
+        return fill(template(self.rng, intent, self.phrasing, later_forms=skill, wider=self.wider, form=form,
                              chatter=(lambda: chatter_word(self.rng, self.tool_split)) if skill else None), values)
 
     def thinking(self, text: str, *, always: bool = False) -> list[dict]:
@@ -182,11 +185,13 @@ class Request:
 
 def _subject_request(b: _Builder, tool: GenTool) -> Request:
     arguments = draw_arguments(b.rng, tool, b.value_split)
+    openly, avoid = b.open_framing and b.phrasing == "train" and b.rng.random() < OPEN_RATE, tool_words(tool)
     if tool.params:
-        args = say_arguments(b.rng, tool, arguments, *b.pieces.argument_ways(b.wider))
-        text = b.say("tool", subject=tool.subject, args=args)
+        ways = (open_argument_styles(b.rng, avoid), open_joiners(b.rng)) if openly else b.pieces.argument_ways(b.wider)
+        args = say_arguments(b.rng, tool, arguments, *ways)
+        text = b.say("tool", open_form(b.rng, True, avoid) if openly else None, subject=tool.subject, args=args)
     else:
-        text = b.say("tool_bare", subject=tool.subject)
+        text = b.say("tool_bare", open_form(b.rng, False, avoid) if openly else None, subject=tool.subject)
     path = (tool.nest, tool.keys[0]) if tool.nest else (tool.keys[0],)
 
     def answer(content: str) -> str:
@@ -405,22 +410,24 @@ BUILDERS = {"which": _which, "tool": lambda b: _single(b, "tool"), "weather": la
 
 
 def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True,
-               wider_phrasings: bool = False) -> SkillConversation:
+               wider_phrasings: bool = False, open_framing: bool = False) -> SkillConversation:
     """One conversation of ``kind`` and ``split``: a pure function of (kind, split, seed).
 
     ``invent_every_word``: generated tools make up their measure and parameter names too, not only
     their domain (``toolgen.make_tool``); the pretraining corpus's dialogues turn it off, so that the
     text a finished recipe stage was built from does not change. ``wider_phrasings`` adds the
     phrasing pieces written after the recipe's skills stage was trained (``phrasing_pools``).
+    ``open_framing``: half the generated-tool requests of a split with training phrasings take
+    their connecting words from an open pool (``llmkit.course.open_framing``).
     """
     if kind not in BUILDERS:
         raise ValueError(f"unknown kind {kind!r}; choose from {KINDS}")
     return BUILDERS[kind](_Builder(random.Random(f"llmkit-skills|{kind}|{split}|{seed}"), split, invent_every_word,
-                                   wider_phrasings))
+                                   wider_phrasings, open_framing))
 
 
 def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None,
-                wider_phrasings: bool = False) -> list[SkillConversation]:
+                wider_phrasings: bool = False, open_framing: bool = False) -> list[SkillConversation]:
     """``n`` conversations of ``split``. ``kinds=None`` mixes every kind by ``MIX``; a list takes turns."""
     splits_of(split)
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -435,12 +442,5 @@ def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None,
         if unknown or not kinds:
             raise ValueError(f"kinds must be a non-empty list drawn from {KINDS}, got {kinds!r}")
         chosen = [kinds[i % len(kinds)] for i in range(n)]
-    return [make_skill(kind, split, f"{seed}|{i}", wider_phrasings=wider_phrasings) for i, kind in enumerate(chosen)]
-
-
-def uses_heldout_values(conversation: SkillConversation) -> bool:
-    """True when a value the user wrote (a call argument or a name) is a held-out value."""
-    typed = [v for _, args in conversation.expected.calls for v in args.values() if isinstance(v, str)]
-    typed += [conversation.expected.name] if conversation.expected.name else []
-    return any(value_split(v) == "heldout" for v in typed)
-
+    return [make_skill(kind, split, f"{seed}|{i}", wider_phrasings=wider_phrasings, open_framing=open_framing)
+            for i, kind in enumerate(chosen)]

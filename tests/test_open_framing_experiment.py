@@ -1,0 +1,52 @@
+"""data/experiments/open_framing/by_style.py: each argument's style found, copying scored per style."""
+from __future__ import annotations
+
+import pytest
+
+from experiment_script import load_experiment
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _script():
+    return load_experiment("open_framing", "by_style.py")
+
+
+def test_style_of_names_the_style_a_value_was_said_in():
+    style_of = _script().style_of
+    assert style_of("Grab the tide level, given rate being 49. Thanks", "rate", 49) == "{words} being {value}"
+    assert style_of("Find the bus fare; home city set to Oslo", "home_city", "Oslo") == "{words} set to {value}"
+    assert style_of("the fee? using yes for the public", "public", True) == "using {value} for the {words}"
+    assert style_of("the fee for Oslo please", "city", "Oslo") == "other"
+
+
+def test_every_argument_of_the_evaluated_splits_has_a_listed_style():
+    script = _script()
+    from llmkit.course.skills import make_skills
+
+    for split in script.SPLITS:
+        for spec in make_skills(40, split=split, seed=script.SEED, kinds=script.KINDS):
+            name, arguments = spec.expected.calls[0]
+            for parameter, value in arguments.items():
+                if not isinstance(value, bool):
+                    assert script.style_of(script.request_text(spec), parameter, value) != "other", (split, name)
+
+
+def test_request_text_is_the_turn_the_expected_call_answers():
+    from llmkit.course.skills import make_skills
+
+    errand = make_skills(1, split="seen", seed=3, kinds=["errands"])[0]
+    typed = [m["content"] for m in errand.messages if m["role"] == "user" and isinstance(m["content"], str)]
+    assert len(typed) >= 2 and _script().request_text(errand) == typed[-1]
+
+
+def test_copy_by_style_scores_a_model(tiny_llama, tokenizer):
+    from llmkit.course.skills import make_skills
+
+    script = _script()
+    model = tiny_llama(tokenizer.vocab_size, context_length=1024).eval()
+    scores = script.copy_by_style(model, tokenizer, make_skills(6, split="unseen_phrasings_and_tools", seed=1,
+                                                                kinds=script.KINDS))
+    assert scores and sum(s["n"] for s in scores.values()) >= 6
+    for s in scores.values():
+        assert 0.0 <= s["all_right"] <= s["first_token"] <= 1.0
