@@ -50,3 +50,40 @@ def test_copy_by_style_scores_a_model(tiny_llama, tokenizer):
     assert scores and sum(s["n"] for s in scores.values()) >= 6
     for s in scores.values():
         assert 0.0 <= s["all_right"] <= s["first_token"] <= 1.0
+
+
+def test_the_committed_results_compare_like_with_like():
+    import json
+
+    from experiment_script import EXPERIMENTS
+    from llmkit.course.skills import MIX
+
+    folder = EXPERIMENTS / "open_framing"
+    results = json.loads((folder / "results.json").read_text())
+    assert set(results["models"]) == {"shipped", "open"}
+    for split in ("seen", "unseen_values", "unseen_phrasings_and_tools"):
+        copies = [model["argument_copy"][split] for model in results["models"].values()]
+        assert len({(c["n"], c["n_later"]) for c in copies}) == 1  # the same values asked of both
+        for model in results["models"].values():
+            assert model["evals"][split]["n_right_tool"] == results["per_kind"] * len(MIX)
+    by_style = json.loads((folder / "by_style.json").read_text())
+    shipped, opened = by_style["models"]["shipped"], by_style["models"]["open"]
+    for split in _script().SPLITS:
+        assert {k: v["n"] for k, v in shipped[split].items()} == {k: v["n"] for k, v in opened[split].items()}
+        assert "other" not in shipped[split]
+
+
+def test_the_committed_run_trained_the_stage_the_recipe_here_names():
+    import json
+
+    from experiment_script import EXPERIMENTS
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    folder = EXPERIMENTS / "open_framing"
+    recipe = load_recipe(folder / "recipe.json")
+    assert recipe["stages"][-1]["settings"]["open_framing"] is True
+    done = json.loads((folder / "sft_skills_open" / "done.json").read_text())
+    assert done["chain"] == chain_hashes(recipe["stages"])[-1]
+    assert done["figures"]["step"] == 1200
+    main = load_recipe(folder.parent.parent / "models" / "recipe.json")
+    assert chain_hashes(recipe["stages"])[:-1] == chain_hashes(main["stages"])[:len(recipe["stages"]) - 1]

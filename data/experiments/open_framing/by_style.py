@@ -4,15 +4,17 @@
         [--model open=RUN/sft_skills/shipped] [--n 150] [--threads 2]
 
 For each argument value of the first call in ``--n`` conversations of the generated-tool kinds
-(``tool``, ``errands``, ``multi``; seed 11) on the ``seen`` and ``unseen_phrasings_and_tools``
-splits, it finds the argument style the user's message says it in ("rate set to 49" is the
-training style ``{words} set to {value}``, "rate being 49" the held-out ``{words} being {value}``)
-and reports, per style, how often the model writes the value's first token right and the whole
-value right, every token before it given (``skill_scores.argument_copy``). Values said in no
-listed style (an enum value said alone) count under ``other``.
+(``tool``, ``errands``, ``multi``; seed 11) on four splits (``seen``; ``unseen_tools``, held-out
+tool words; ``unseen_phrasings``, held-out phrasings; ``unseen_phrasings_and_tools``, both; all
+but ``seen`` with held-out values), it finds the argument style the user's message says it in
+("rate set to 49" is the training style ``{words} set to {value}``, "rate being 49" the held-out
+``{words} being {value}``) and reports, per style, how often the model writes the value's first
+token right and the whole value right, every token before it given (``skill_scores.argument_copy``).
+Values said in no listed style count under ``other``.
 
-This is the measurement that motivated the open framing: a model that learned the connectors of
-its training styles, not the parameter's name, copies far worse after an unfamiliar connector.
+It asks whether a model copies worse after an unfamiliar connector (it learned the connectors of
+its training styles, not the parameter's name) or after unfamiliar tool words whatever the
+connector (README.md beside this script).
 It writes by_style.json beside this script (``--out`` elsewhere).
 """
 from __future__ import annotations
@@ -34,7 +36,7 @@ from llmkit.course.toolgen import spoken
 from llmkit.files import atomic_write
 
 KINDS = ["tool", "errands", "multi"]
-SPLITS = ("seen", "unseen_phrasings_and_tools")
+SPLITS = ("seen", "unseen_tools", "unseen_phrasings", "unseen_phrasings_and_tools")
 SEED = 11
 STYLES = sorted(set(TRAIN.arg_styles + HELDOUT.arg_styles), key=len, reverse=True)
 
