@@ -1,14 +1,17 @@
 """Framing drawn from an open pool: requests whose connecting words carry no signal.
 
 Trained on five ways to tie a value to its parameter ("rate = 49", "rate set to 49", ...), a small
-model learns those connectors and misses the value when a user writes "rate being 49" or "using 49
-for the rate". Here, for a share of the training requests, the words between a parameter's name and
-its value, and the verb before a tool's subject, are drawn afresh from thousands of corpus words,
-made-up words and symbols. No connector repeats often enough to be learned, so the marks left are
-the ones a user's sentence always has: the parameter's and the subject's own words from the tool
-definition.
+model may learn those connectors rather than the parameter's name, and miss the value when a user
+writes "rate being 49" or "using 49 for the rate". Here, for a share of the training requests, the
+words between a parameter's name and its value, and the verb before a tool's subject, are drawn
+afresh from thousands of corpus words, made-up words and symbols. No connector repeats often
+enough to be learned, so the marks left are the ones a user's sentence always has: the parameter's
+and the subject's own words from the tool definition. Measured at the end of ``sft_skills``
+(data/experiments/open_framing/), it helps the model choose an unseen tool more than it helps it
+copy an unseen value.
 
-Held out by construction: no word of any held-out phrasing piece is ever drawn (``OPEN_WORDS``).
+Held out by construction: no word of any held-out phrasing piece is ever drawn (``OPEN_WORDS``),
+nor a symbol that shares a character with a held-out connector (``SYMBOLS``).
 """
 from __future__ import annotations
 
@@ -19,11 +22,11 @@ from llmkit.course.phrasing_pools import HELDOUT, Pieces
 from llmkit.course.toolgen import VOCABULARY
 from llmkit.course.values import invented_word
 
-__all__ = ["OPEN_RATE", "OPEN_WORDS", "SYMBOLS", "open_word", "open_connector", "open_argument_styles",
-           "open_joiners", "open_form", "heldout_words", "tool_words"]
+__all__ = ["OPEN_RATE", "OPEN_WORDS", "SYMBOLS", "HELDOUT_SYMBOL_CHARACTERS", "open_word", "open_connector",
+           "open_argument_styles", "open_joiners", "open_form", "heldout_words", "tool_words"]
 
 OPEN_RATE = 0.5  # the share of generated-tool requests framed from the open pool
-SYMBOLS = ("=>", "~", "::", ">>", "|", ":=", "==", "<-", "=~", "//", "+=", "#", "@", ">")
+SYMBOLS = ("~", "::", "|", ":=", "==", "=~", "+=", "#", "@")  # none shares a character with a held-out one
 VALUE_WORDS = {"yes", "no", "true", "false"}  # a user's boolean values: never a connector
 
 
@@ -41,10 +44,12 @@ HELDOUT_WORDS = frozenset(heldout_words())
 OPEN_WORDS = sorted(set(VOCABULARY["train"]) - HELDOUT_WORDS - VALUE_WORDS)
 """Corpus words of the training split that no held-out phrasing piece uses."""
 
-_HELDOUT_SYMBOLS = set(re.findall(r"[^\w\s{}'.,?!]+", " ".join(
-    s for group in (HELDOUT.arg_styles, HELDOUT.arg_joiners) for s in group)))
-if _HELDOUT_SYMBOLS & set(SYMBOLS):
-    raise AssertionError(f"open symbols {_HELDOUT_SYMBOLS & set(SYMBOLS)} are held-out connectors")
+HELDOUT_SYMBOL_CHARACTERS = frozenset("".join(re.findall(r"[^\w\s{}'.,?!]+", " ".join(
+    s for group in (HELDOUT.arg_styles, HELDOUT.arg_joiners) for s in group))))
+"""The characters of the held-out connectors and joiners ("->", "&", "/"): "=>" or ">" would be
+near enough to "->" to teach it."""
+if HELDOUT_SYMBOL_CHARACTERS & set("".join(SYMBOLS)):
+    raise AssertionError(f"open symbols share {HELDOUT_SYMBOL_CHARACTERS & set(''.join(SYMBOLS))} with held-out ones")
 
 
 def tool_words(tool) -> set[str]:
