@@ -208,7 +208,8 @@ def has_checkpoint(folder: Path) -> bool:
     return any(folder.glob("checkpoint*"))
 
 
-COURSE_SETTINGS = ("kinds", "probe", "lookup_weight", "wider_phrasings", "open_framing")  # a fine-tuning stage's settings about the course's data
+# a fine-tuning stage's settings about the course's data
+COURSE_SETTINGS = ("kinds", "probe", "lookup_weight", "wider_phrasings", "open_framing")
 
 
 def _finetune_config(settings: dict, base: Path, folder: Path, device: str | None):

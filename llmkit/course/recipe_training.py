@@ -132,8 +132,8 @@ def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, re
                          f"a {stage} stage cannot take them")
     tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
     context = _context_of(cfg.base_model)
-    source = (conversation_source(tokenizer, context, kinds, lookup_weight, wider_phrasings, open_framing) if stage == "sft"
-              else pair_source(tokenizer, context))
+    source = (conversation_source(tokenizer, context, kinds, lookup_weight, wider_phrasings, open_framing)
+              if stage == "sft" else pair_source(tokenizer, context))
     finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress,
              probe=None if probe is None else skill_probe(tokenizer, probe))
     return stop_after is None or stop_after >= cfg.max_steps
