@@ -304,19 +304,25 @@ def name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, f
     return {"right": right / n, "chance": chance / n, "n": n}
 
 
+def forced_hits(model, ids: list[int], positions: list[int]) -> list[bool]:
+    """Teacher-forced: for each of ``positions``, whether the model, given every token before it,
+    predicts the token there (greedy). One forward pass up to the last position."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([ids[:positions[-1] + 1]], device=next(model.parameters()).device))[0]
+    return [int(logits[i - 1].argmax()) == ids[i] for i in positions]
+
+
 def _name_choice(model, specs: list[SkillConversation], locate) -> dict[str, float | int]:
     """The share of tool-calling ``specs`` where the model, given every token before them, predicts
     all the name tokens that ``locate(spec) -> (ids, positions)`` points at; and its chance."""
-    import torch
-
     right, chance, n = 0, 0.0, 0
     for spec in specs:
         if not spec.expected.calls:
             continue
         ids, name_ids = locate(spec)
-        with torch.no_grad():
-            logits = model(torch.tensor([ids[: name_ids[-1] + 1]], device=next(model.parameters()).device))[0]
-        right += all(int(logits[i - 1].argmax()) == ids[i] for i in name_ids)
+        right += all(forced_hits(model, ids, name_ids))
         chance += 1 / len(spec.tools)
         n += 1
     if n == 0:
@@ -362,13 +368,9 @@ def argument_copy(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
     the model found the word to copy) and ``later_tokens`` (for values of two tokens or more, every
     later token right once the first is given: it copied on from there), with ``n_later``.
     """
-    import torch
-
     counts = {group: {"right": 0, "first": 0, "later": 0, "n": 0, "n_later": 0} for group in ("in_prompt", "respelled")}
     for spec, ids, positions, group in argument_values(tokenizer, specs):
-        with torch.no_grad():
-            logits = model(torch.tensor([ids[:positions[-1] + 1]], device=next(model.parameters()).device))[0]
-        hits = [int(logits[i - 1].argmax()) == ids[i] for i in positions]
+        hits = forced_hits(model, ids, positions)
         tally = counts[group]
         tally["right"] += all(hits)
         tally["first"] += hits[0]

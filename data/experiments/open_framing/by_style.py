@@ -30,7 +30,7 @@ import torch
 
 from llmkit.chat.client import Client
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
-from llmkit.course.skill_scores import argument_values
+from llmkit.course.skill_scores import argument_values, forced_hits
 from llmkit.course.skills import make_skills
 from llmkit.course.toolgen import spoken
 from llmkit.files import atomic_write
@@ -68,7 +68,6 @@ def request_text(spec) -> str:
 def copy_by_style(model, tokenizer, specs) -> dict[str, dict[str, float | int]]:
     """Per style: n, first_token (share right) and all_right (share with every token right)."""
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    device = next(model.parameters()).device
     by_spec: dict[int, list] = defaultdict(list)
     for spec, ids, positions, group in argument_values(tokenizer, specs):
         by_spec[id(spec)].append((spec, ids, positions))
@@ -79,9 +78,7 @@ def copy_by_style(model, tokenizer, specs) -> dict[str, dict[str, float | int]]:
         if len(said) != len(entries):
             raise AssertionError(f"{len(entries)} value spans for the {len(said)} values of {name}({arguments})")
         for (parameter, value), (_, ids, positions) in zip(said, entries):
-            with torch.no_grad():
-                logits = model(torch.tensor([ids[:positions[-1] + 1]], device=device))[0]
-            hits = [int(logits[i - 1].argmax()) == ids[i] for i in positions]
+            hits = forced_hits(model, ids, positions)
             counts = tally[style_of(request_text(spec), parameter, value)]
             counts[0] += 1
             counts[1] += hits[0]
