@@ -12,7 +12,8 @@ figures to record in ``done.json`` (or None when a training stage stopped early 
 - ``pretrain``: ``llmkit.training.train.train`` on that corpus (bits/byte on both held-out texts);
   ``grow_from`` names an earlier pretrain stage to start from, grown to this stage's depth (the
   recipe's ``copy_warmup`` builds the copying circuit in a shallow model first: see its README);
-- ``sft``: skill conversations (``llmkit.course.skills``), optionally only some ``kinds``;
+- ``sft``: skill conversations (``llmkit.course.skills``), optionally only some ``kinds`` or the
+  kinds drawn by other shares (``mix``);
 - ``dpo``: skill preference pairs against the previous stage as reference;
 - ``evals``: greedy skill evaluations per split through ``Client`` + ``run_agent``.
 
@@ -209,7 +210,7 @@ def has_checkpoint(folder: Path) -> bool:
 
 
 # a fine-tuning stage's settings about the course's data
-COURSE_SETTINGS = ("kinds", "probe", "lookup_weight", "wider_phrasings", "open_framing")
+COURSE_SETTINGS = ("kinds", "probe", "lookup_weight", "wider_phrasings", "open_framing", "mix")
 
 
 def _finetune_config(settings: dict, base: Path, folder: Path, device: str | None):
@@ -222,6 +223,13 @@ def _finetune_config(settings: dict, base: Path, folder: Path, device: str | Non
         unknown = [k for k in settings["kinds"] if k not in SKILL_KINDS]
         if unknown:
             raise ValueError(f"the {folder.name} stage names unknown kinds {unknown}; choose from {SKILL_KINDS}")
+    if settings.get("mix") is not None:
+        from llmkit.course.skills import checked_mix
+
+        try:
+            checked_mix(settings["mix"])
+        except ValueError as error:
+            raise ValueError(f"the {folder.name} stage: {error}") from None
     values.update(base_model=str(base), out_dir=str(folder), **({"device": device} if device else {}))
     return FinetuneConfig.from_dict(values, source=f"the {folder.name} stage")
 
@@ -237,7 +245,7 @@ def run_finetune(stage: str, settings: dict, folder: Path, log: logging.Logger, 
     if not finetune_stage(stage, cfg, kinds=settings.get("kinds"), probe=settings.get("probe"), resume=resume,
                           stop_after=stop_at_step, progress=progress, lookup_weight=settings.get("lookup_weight", 1.0),
                           wider_phrasings=settings.get("wider_phrasings", False),
-                          open_framing=settings.get("open_framing", False)):
+                          open_framing=settings.get("open_framing", False), mix=settings.get("mix")):
         return None
     # the copy a recipe may ship part-way (say the skills model, to go on in a later sitting);
     # a stage that ships hands it, not model/, to the next stage, trained or restored alike

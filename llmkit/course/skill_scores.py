@@ -31,7 +31,8 @@ from collections import Counter, defaultdict
 from llmkit.chat.tools import ToolArgumentsError, tools_by_name, validate_arguments
 from llmkit.chat.template import render
 from llmkit.course.lookups import token_positions
-from llmkit.course.skills import EVAL_SPLITS, KINDS, SkillConversation, make_skills, value_at
+from llmkit.course.skills import EVAL_SPLITS, KINDS, SkillConversation, make_skills
+from llmkit.course.toolgen import value_at
 
 SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory",
           "tools_named")

@@ -32,7 +32,7 @@ from llmkit.course.lookups import call_note, lookup_note, lookup_weights
 from llmkit.course.phrasing import fill, template
 from llmkit.course.phrasing_pools import CHITCHAT_ANSWERS, HELDOUT, PLAYS, TRAIN
 from llmkit.course.open_framing import OPEN_RATE, open_argument_styles, open_form, open_joiners, tool_words
-from llmkit.course.toolgen import GenTool, chatter_word, draw_arguments, make_tool, say_arguments
+from llmkit.course.toolgen import GenTool, chatter_word, draw_arguments, make_tool, say_arguments, value_at
 from llmkit.course.tools import calculator, count_letters, get_weather, web_search
 from llmkit.course.values import DAYS, draw
 
@@ -257,13 +257,6 @@ def _any_request(b: _Builder, kind: str | None = None) -> Request:
             "search": _search_request}[kind](b)
 
 
-def value_at(result, path: tuple[str, ...]):
-    """The value at ``path`` in a parsed result; ``("*first*",)`` is the first value of an object."""
-    for key in path:
-        result = next(iter(result.values())) if key == "*first*" else result[key]
-    return result
-
-
 # ------------------------------------------------------------------------------------------ kinds
 def _answer_requests(b: _Builder, requests: list[Request], text: str, offered: list[Tool]) -> tuple[list[dict], Expected]:
     """User text -> a call per request (in order), each with its real result -> one answer."""
@@ -426,16 +419,19 @@ def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: boo
                                    wider_phrasings, open_framing))
 
 
-def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None,
-                wider_phrasings: bool = False, open_framing: bool = False) -> list[SkillConversation]:
-    """``n`` conversations of ``split``. ``kinds=None`` mixes every kind by ``MIX``; a list takes turns."""
+def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None, wider_phrasings: bool = False,
+                open_framing: bool = False, mix: dict[str, float] | None = None) -> list[SkillConversation]:
+    """``n`` conversations of ``split``. ``kinds=None`` mixes the kinds by ``mix`` (kind -> share;
+    ``MIX`` by default), drawn at random; a list of ``kinds`` takes turns."""
     splits_of(split)
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be a whole number of conversations (0 or more), got {n!r}")
+    if kinds is not None and mix is not None:
+        raise ValueError("give kinds (taken in turn) or a mix (drawn by share), not both")
     rng = random.Random(f"llmkit-skill-mix|{split}|{seed}")
     if kinds is None:
-        names, weights = list(MIX), list(MIX.values())
-        chosen = rng.choices(names, weights, k=n)
+        shares = MIX if mix is None else checked_mix(mix)
+        chosen = rng.choices(list(shares), list(shares.values()), k=n)
     else:
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
         unknown = [k for k in kinds if k not in BUILDERS]
@@ -444,3 +440,11 @@ def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None,
         chosen = [kinds[i % len(kinds)] for i in range(n)]
     return [make_skill(kind, split, f"{seed}|{i}", wider_phrasings=wider_phrasings, open_framing=open_framing)
             for i, kind in enumerate(chosen)]
+
+
+def checked_mix(mix) -> dict[str, float]:
+    """``mix`` if it maps kinds to positive shares, else a ValueError that says what is wrong."""
+    if not isinstance(mix, dict) or not mix or any(k not in BUILDERS for k in mix) or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in mix.values()):
+        raise ValueError(f"a mix maps kinds from {KINDS} to positive shares, like {MIX}; got {mix!r}")
+    return mix

@@ -271,3 +271,10 @@ VOCABULARY = {split: [w for w in tool_vocabulary.WORDS if value_split(w) == spli
               for split in TOOL_SPLITS}
 """The corpus words a skill tool's name can use, by split: the values' hash decides, and no word of
 either split's pools is among them."""
+
+
+def value_at(result, path: tuple[str, ...]):
+    """The value at ``path`` in a parsed result; ``("*first*",)`` is the first value of an object."""
+    for key in path:
+        result = next(iter(result.values())) if key == "*first*" else result[key]
+    return result
