@@ -87,3 +87,22 @@ def test_the_committed_run_trained_the_stage_the_recipe_here_names():
     assert done["figures"]["step"] == 1200
     main = load_recipe(folder.parent.parent / "models" / "recipe.json")
     assert chain_hashes(recipe["stages"])[:-1] == chain_hashes(main["stages"])[:len(recipe["stages"]) - 1]
+
+
+def test_word_source_names_where_each_parameter_name_came_from():
+    from llmkit.course.skills import make_skills
+    from llmkit.course.toolgen import VOCABULARY
+
+    script = _script()
+    found = {}
+    for spec in make_skills(150, split="unseen_tools", seed=script.SEED, kinds=script.KINDS):
+        name, arguments = spec.expected.calls[0]
+        schema = next(t for t in spec.tools if t.name == name).definition()["input_schema"]["properties"]
+        for parameter, value in arguments.items():
+            source = script.word_source(spec, parameter, value)
+            found.setdefault(source, set()).add(parameter)
+            assert (source == "enum") == ("enum" in schema[parameter])
+    assert set(found) == {"enum", "pool", "corpus", "invented"}
+    assert {"port", "venue", "nights"} & found["pool"]  # held-out pool names, not training ones
+    assert all(p.split("_")[-1] in VOCABULARY["heldout"] for p in found["corpus"])
+    assert not {p.split("_")[-1] for p in found["invented"]} & set(VOCABULARY["heldout"])

@@ -53,7 +53,8 @@ def _split(split: str) -> str:
 
 
 def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: float = 1.0,
-                        wider_phrasings: bool = False, open_framing: bool = False, mix: dict | None = None):
+                        wider_phrasings: bool = False, open_framing: bool = False, mix: dict | None = None,
+                        open_enums: bool = False):
     """``(n, split, seed) -> skill conversations`` that fit ``context`` (for SFT).
 
     ``lookup_weight`` weights the names the lookups write in the training loss
@@ -61,7 +62,8 @@ def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: floa
     stays comparable between runs. ``wider_phrasings``: the training conversations use the phrasing
     pieces written after the skills stage (``phrasing_pools``); ``open_framing``: half their
     generated-tool requests take their connecting words from an open pool (``open_framing``);
-    ``mix`` draws the training kinds by other shares than ``skills.MIX``. The held-out
+    ``open_enums``: their tools' enums and booleans are named, and enums' options drawn, like other
+    tool words; ``mix`` draws the training kinds by other shares than ``skills.MIX``. The held-out
     conversations never change.
     """
     if isinstance(lookup_weight, bool) or not isinstance(lookup_weight, (int, float)) or not lookup_weight > 0:
@@ -71,11 +73,13 @@ def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: floa
         return [replace(c, lookup_weight=float(lookup_weight)) for c in conversations]
 
     def source(n: int, split: str, seed: int) -> list:
-        wider, openly, shares = (wider_phrasings, open_framing, mix) if split == "train" else (False, False, None)
-        chosen = fitting(lambda k, s: make_skills(k, split=_split(split), seed=s, kinds=kinds, wider_phrasings=wider,
-                                                  open_framing=openly, mix=shares), n,
+        train = split == "train"
+        chosen = fitting(lambda k, s: make_skills(k, split=_split(split), seed=s, kinds=kinds,
+                                                  wider_phrasings=wider_phrasings and train,
+                                                  open_framing=open_framing and train, open_enums=open_enums and train,
+                                                  mix=mix if train else None), n,
                          lambda c: len(c.render(tokenizer)), context, seed)
-        return weighted(chosen) if split == "train" and lookup_weight != 1 else chosen
+        return weighted(chosen) if train and lookup_weight != 1 else chosen
     return source
 
 
@@ -120,21 +124,22 @@ def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
 
 def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, resume: bool, stop_after: int | None,
                    progress: bool, lookup_weight: float = 1.0, wider_phrasings: bool = False,
-                   open_framing: bool = False, mix: dict | None = None) -> bool:
+                   open_framing: bool = False, mix: dict | None = None, open_enums: bool = False) -> bool:
     """Run one SFT or DPO stage on the course's skill data; True when it finished (``model/`` written).
 
     ``probe``: settings for ``skill_probe`` (``{}`` for its defaults), or None for no probe;
-    ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``: see ``conversation_source``
-    (SFT only)."""
+    ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``, ``open_enums``: see
+    ``conversation_source`` (SFT only)."""
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.finetune import finetune
 
-    if stage != "sft" and (lookup_weight != 1 or wider_phrasings or open_framing or mix is not None):
-        raise ValueError(f"lookup_weight, wider_phrasings, open_framing and mix shape SFT conversations; "
+    if stage != "sft" and (lookup_weight != 1 or wider_phrasings or open_framing or open_enums or mix is not None):
+        raise ValueError(f"lookup_weight, wider_phrasings, open_framing, open_enums and mix shape SFT conversations; "
                          f"a {stage} stage cannot take them")
     tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
     context = _context_of(cfg.base_model)
-    source = (conversation_source(tokenizer, context, kinds, lookup_weight, wider_phrasings, open_framing, mix)
+    source = (conversation_source(tokenizer, context, kinds, lookup_weight, wider_phrasings, open_framing, mix,
+                                  open_enums)
               if stage == "sft" else pair_source(tokenizer, context))
     finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress,
              probe=None if probe is None else skill_probe(tokenizer, probe))

@@ -13,33 +13,26 @@ the values from large pools and invented ones (``llmkit.course.values``). The ki
 - errands:    one list of 3-4 generated tools, then 2-3 requests in turn, each for a different tool:
               the same context asks for different names, so only reading the list gets them right
 
-Splits (``SPLIT_SOURCES``): ``train``, ``seen`` (other seeds), ``unseen_values``,
-``unseen_phrasings_and_tools`` (all three held out; the evals report these three, ``EVAL_SPLITS``),
-and ``unseen_phrasings``, ``unseen_tools`` (one factor and the values held out, to tell which one a
-model fails on). A conversation is the message/tools structure ``llmkit.chat.template.render``
-reads, so fine-tuning consumes it as is, and every reply ends its turn.
+Splits and the conversation type: ``llmkit.course.skill_conversation``. Every reply ends its turn.
 """
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
-from llmkit.chat.template import Rendered, render
 from llmkit.chat.tools import Tool, run_tool_call
-from llmkit.course.lookups import call_note, lookup_note, lookup_weights
+from llmkit.course.lookups import call_note, lookup_note
+from llmkit.course.open_framing import OPEN_RATE, open_argument_styles, open_form, open_joiners, tool_words
 from llmkit.course.phrasing import fill, template
 from llmkit.course.phrasing_pools import CHITCHAT_ANSWERS, HELDOUT, PLAYS, TRAIN
-from llmkit.course.open_framing import OPEN_RATE, open_argument_styles, open_form, open_joiners, tool_words
+from llmkit.course.skill_conversation import (EVAL_SPLITS, SPLIT_SOURCES, SPLITS, Expected,  # noqa: F401 (re-exported)
+                                              SkillConversation, splits_of)
 from llmkit.course.toolgen import GenTool, chatter_word, draw_arguments, make_tool, say_arguments, value_at
 from llmkit.course.tools import calculator, count_letters, get_weather, web_search
 from llmkit.course.values import DAYS, draw
 
-SPLIT_SOURCES = {"train": ("train", "train", "train"), "seen": ("train", "train", "train"),  # (phrasings, tools, values)
-    "unseen_values": ("train", "train", "heldout"), "unseen_phrasings_and_tools": ("heldout", "heldout", "heldout"),
-    "unseen_phrasings": ("heldout", "train", "heldout"), "unseen_tools": ("train", "heldout", "heldout")}
-SPLITS, EVAL_SPLITS = tuple(SPLIT_SOURCES), ("seen", "unseen_values", "unseen_phrasings_and_tools")
 KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands", "which")
 MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 8, "chitchat": 5, "weather": 6,
        "letters": 5, "arithmetic": 5, "search": 5}  # training shares; no ``which``: it cost held-out calls (recipe README)
@@ -47,61 +40,6 @@ COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": 
 SYSTEM_PROMPTS = [None, "You are a helpful assistant.", "You are a helpful assistant. Answer briefly.",
                   "Use a tool when one fits; otherwise answer directly."]
 UMBRELLA_FROM_PERCENT = 50
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What a correct assistant does: its ``calls`` (name, input) in order, the ``answer_paths``
-    into each call's result that the answer must quote, ``answer_values`` (those values for the
-    right calls), ``name`` for memory, ``no_invention`` when nothing offered holds the answer."""
-
-    calls: tuple[tuple[str, dict], ...] = ()
-    answer_paths: tuple[tuple[str, ...], ...] = ()
-    answer_values: tuple[str, ...] = ()
-    name: str | None = None
-    no_invention: bool = False
-    facts: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SkillConversation:
-    """One conversation: messages ending with the assistant's answer, the ``Tool`` objects offered
-    (real ones: evaluations run them), the system prompt, its kind and split, and ``expected``."""
-
-    kind: str
-    split: str
-    messages: list[dict]
-    tools: list[Tool]
-    system: str | None
-    expected: Expected
-    lookup_weight: float = 1.0  # the loss weight of the names its lookups write (``lookups.lookup_weights``)
-
-    @property
-    def definitions(self) -> list[dict]:
-        return [t.definition() for t in self.tools]
-
-    @property
-    def prompt(self) -> list[dict]:
-        """The messages up to the last one the user typed: where an evaluation lets the model go on."""
-        typed = [i for i, m in enumerate(self.messages) if m["role"] == "user" and isinstance(m["content"], str)]
-        return self.messages[: max(typed) + 1]
-
-    def render(self, tokenizer) -> Rendered:
-        """The conversation as ids and a loss mask; with a ``lookup_weight`` other than 1 the mask
-        holds weights instead, that weight on the names the lookups write."""
-        rendered = render(tokenizer, self.messages, tools=self.definitions or None, system=self.system,
-                          add_generation_prompt=False)
-        if self.lookup_weight == 1.0:
-            return rendered
-        weights = lookup_weights(tokenizer, rendered.ids, rendered.mask, self.messages, self.lookup_weight)
-        return Rendered(rendered.ids, weights, rendered.roles, rendered.message_starts)
-
-
-def splits_of(split: str) -> tuple[str, str, str]:
-    """(phrasings, tool pools, values) a conversation split draws from, each "train" or "heldout"."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    return SPLIT_SOURCES[split]
 
 
 def _subject_of(name: str) -> str:
@@ -113,9 +51,9 @@ class _Builder:
     """The state one conversation is built with: its random stream and its three splits."""
 
     def __init__(self, rng: random.Random, split: str, invent_every_word: bool = True, wider: bool = False,
-                 open_framing: bool = False):
+                 open_framing: bool = False, open_enums: bool = False):
         self.rng, self.split, self.invent_every_word, self.wider, self.calls = rng, split, invent_every_word, wider, 0
-        self.open_framing = open_framing
+        self.open_framing, self.open_enums = open_framing, open_enums
         self.phrasing, self.tool_split, self.value_split = splits_of(split)
         self.pieces = TRAIN if self.phrasing == "train" else HELDOUT
 
@@ -123,6 +61,10 @@ class _Builder:
         skill = self.invent_every_word  # False: the corpus's dialogues, whose text must stay what the base learned
         return fill(template(self.rng, intent, self.phrasing, later_forms=skill, wider=self.wider, form=form,
                              chatter=(lambda: chatter_word(self.rng, self.tool_split)) if skill else None), values)
+
+    def new_tool(self, avoid: set[str] = frozenset()) -> GenTool:
+        return make_tool(self.rng, self.tool_split, self.value_split, avoid=avoid,
+                         invent_every_word=self.invent_every_word, open_enums=self.open_enums)
 
     def thinking(self, text: str, *, always: bool = False) -> list[dict]:
         """A thinking block half the time, or ``always`` (drawn either way, so later draws do not shift)."""
@@ -148,7 +90,7 @@ class _Builder:
                 {"role": "user", "content": [result]}], result["content"]
 
     def distractors(self, n: int, avoid: set[str], course: bool = True) -> list[Tool]:
-        tools = [make_tool(self.rng, self.tool_split, self.value_split, avoid=avoid, invent_every_word=self.invent_every_word).as_tool() for _ in range(n)]
+        tools = [self.new_tool(avoid).as_tool() for _ in range(n)]
         if course and self.rng.random() < 0.3:
             tools.append(self.rng.choice([calculator, count_letters, get_weather]))
         names, unique = set(), []
@@ -252,7 +194,7 @@ def _search_request(b: _Builder) -> Request:
 def _any_request(b: _Builder, kind: str | None = None) -> Request:
     kind = kind or b.rng.choice(["tool", "tool", "weather", "letters", "arithmetic"])
     if kind == "tool":
-        return _subject_request(b, make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word))
+        return _subject_request(b, b.new_tool())
     return {"weather": _weather_request, "letters": _letters_request, "arithmetic": _arithmetic_request,
             "search": _search_request}[kind](b)
 
@@ -303,8 +245,7 @@ def _tool_list(b: _Builder, fewest: int, most: int) -> list[GenTool]:
     """``fewest``-``most`` generated tools whose subjects start with different words (one line per word)."""
     tools: list[GenTool] = []
     for _ in range(b.rng.randint(fewest, most)):
-        tools.append(make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word,
-                               avoid={t.subject.split()[0] for t in tools}))
+        tools.append(b.new_tool(avoid={t.subject.split()[0] for t in tools}))
     return tools
 
 
@@ -348,7 +289,7 @@ def _which(b: _Builder) -> SkillConversation:
 def _missing(b: _Builder) -> SkillConversation:
     """A request whose tool is not offered: the answer says so and holds no number."""
     if b.rng.random() < 0.7:
-        wanted = make_tool(b.rng, b.tool_split, b.value_split, invent_every_word=b.invent_every_word)
+        wanted = b.new_tool()
         request = _subject_request(b, wanted)
         subject = wanted.subject
         offered = b.distractors(b.rng.randint(0, 4), {wanted.name, wanted.subject.split()[0]}, course=True)
@@ -403,7 +344,7 @@ BUILDERS = {"which": _which, "tool": lambda b: _single(b, "tool"), "weather": la
 
 
 def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True,
-               wider_phrasings: bool = False, open_framing: bool = False) -> SkillConversation:
+               wider_phrasings: bool = False, open_framing: bool = False, open_enums: bool = False) -> SkillConversation:
     """One conversation of ``kind`` and ``split``: a pure function of (kind, split, seed).
 
     ``invent_every_word``: generated tools make up their measure and parameter names too, not only
@@ -411,16 +352,19 @@ def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: boo
     text a finished recipe stage was built from does not change. ``wider_phrasings`` adds the
     phrasing pieces written after the recipe's skills stage was trained (``phrasing_pools``).
     ``open_framing``: half the generated-tool requests of a split with training phrasings take
-    their connecting words from an open pool (``llmkit.course.open_framing``).
+    their connecting words from an open pool (``llmkit.course.open_framing``). ``open_enums``:
+    enum and boolean parameters are named, and enums' options drawn, like other tool words
+    (``toolgen.make_param``).
     """
     if kind not in BUILDERS:
         raise ValueError(f"unknown kind {kind!r}; choose from {KINDS}")
     return BUILDERS[kind](_Builder(random.Random(f"llmkit-skills|{kind}|{split}|{seed}"), split, invent_every_word,
-                                   wider_phrasings, open_framing))
+                                   wider_phrasings, open_framing, open_enums))
 
 
 def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None, wider_phrasings: bool = False,
-                open_framing: bool = False, mix: dict[str, float] | None = None) -> list[SkillConversation]:
+                open_framing: bool = False, open_enums: bool = False,
+                mix: dict[str, float] | None = None) -> list[SkillConversation]:
     """``n`` conversations of ``split``. ``kinds=None`` mixes the kinds by ``mix`` (kind -> share;
     ``MIX`` by default), drawn at random; a list of ``kinds`` takes turns."""
     splits_of(split)
@@ -438,8 +382,8 @@ def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None, wide
         if unknown or not kinds:
             raise ValueError(f"kinds must be a non-empty list drawn from {KINDS}, got {kinds!r}")
         chosen = [kinds[i % len(kinds)] for i in range(n)]
-    return [make_skill(kind, split, f"{seed}|{i}", wider_phrasings=wider_phrasings, open_framing=open_framing)
-            for i, kind in enumerate(chosen)]
+    return [make_skill(kind, split, f"{seed}|{i}", wider_phrasings=wider_phrasings, open_framing=open_framing,
+                       open_enums=open_enums) for i, kind in enumerate(chosen)]
 
 
 def checked_mix(mix) -> dict[str, float]:

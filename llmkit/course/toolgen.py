@@ -38,6 +38,7 @@ TOOL_SPLITS = ("train", "heldout")
 TYPES = ("string", "integer", "number", "boolean", "enum")
 INVENTED_WORD_RATE = 0.25  # how often a corpus document's tool has a made-up domain word
 SKILL_WORD_SOURCES = ("pool", "vocabulary", "invented")  # where a skill tool's words come from, a third each
+BOOLEAN_WORDS = frozenset({"yes", "no", "true", "false"})  # how a user says a boolean: never an enum's option
 
 TOOL_WORDS = {
     "train": {
@@ -174,9 +175,26 @@ def chatter_word(rng: random.Random, split: str) -> str:
     return _skill_word(rng, TOOL_WORDS[check_tool_split(split)]["domains"], split)
 
 
-def make_param(rng: random.Random, split: str, taken: set[str], invent_every_word: bool = False) -> Param:
+def enum_options(rng: random.Random, split: str) -> tuple[str, ...]:
+    """2-4 different options for an enum, each drawn like a skill tool's word (``_skill_word``):
+    from the split's fixed options, its corpus words, or made up. Never yes/no/true/false, which
+    a user says for a boolean, nor another split's fixed option (the corpus words hold "plain")."""
+    pool = [option for options in TOOL_WORDS[split]["enum"].values() for option in options]
+    others = {o for other in TOOL_SPLITS if other != split for opts in TOOL_WORDS[other]["enum"].values() for o in opts}
+    options: list[str] = []
+    for _ in range(rng.choice((2, 3, 3, 4))):
+        while (option := _skill_word(rng, pool, split)) in options or option in BOOLEAN_WORDS | others:
+            pass
+        options.append(option)
+    return tuple(options)
+
+
+def make_param(rng: random.Random, split: str, taken: set[str], invent_every_word: bool = False,
+               open_enums: bool = False) -> Param:
     """One parameter of a random type whose name is not in ``taken``; with ``invent_every_word`` a
-    string or number parameter's name is drawn like a skill tool's words (``_skill_word``)."""
+    string or number parameter's name is drawn like a skill tool's words (``_skill_word``), and
+    with ``open_enums`` an enum's or boolean's name too, and an enum's options (``enum_options``):
+    trained on a dozen fixed options, a model writes them from memory and cannot copy a new one."""
     words = TOOL_WORDS[split]
     while True:
         kind_of_type = rng.choice(TYPES)
@@ -188,19 +206,22 @@ def make_param(rng: random.Random, split: str, taken: set[str], invent_every_wor
             kind, options = "enum", tuple(words["enum"][base])
         else:
             base, kind, options = rng.choice(words[kind_of_type]), kind_of_type, ()
-        if invent_every_word and kind_of_type not in ("enum", "boolean"):
+        if invent_every_word and (open_enums or kind_of_type not in ("enum", "boolean")):
             base = _skill_word(rng, [base], split)
+        if open_enums and kind_of_type == "enum":
+            options = enum_options(rng, split)
         name = f"{rng.choice(words['modifiers'])}_{base}" if rng.random() < 0.2 else base
         if name not in taken:
             return Param(name, kind_of_type, kind, name.replace("_", " "), options)
 
 
 def make_tool(rng: random.Random, split: str, value_split: str | None = None, *, avoid: set[str] = frozenset(),
-              params: int | None = None, invent_every_word: bool = False) -> GenTool:
+              params: int | None = None, invent_every_word: bool = False, open_enums: bool = False) -> GenTool:
     """A new tool from ``split``'s word pools whose subject's first word is not in ``avoid``.
 
     Without ``invent_every_word`` (the pretraining corpus's documents, whose text must not change
-    under a recipe already run) only the domain word is sometimes invented.
+    under a recipe already run) only the domain word is sometimes invented. ``open_enums``: see
+    ``make_param``.
     """
     words = TOOL_WORDS[check_tool_split(split)]
 
@@ -217,7 +238,7 @@ def make_tool(rng: random.Random, split: str, value_split: str | None = None, *,
     n_params = rng.choice([0, 1, 1, 2, 2, 3]) if params is None else params
     chosen: list[Param] = []
     for _ in range(n_params):
-        chosen.append(make_param(rng, split, {p.name for p in chosen}, invent_every_word))
+        chosen.append(make_param(rng, split, {p.name for p in chosen}, invent_every_word, open_enums))
     subject = f"{domain} {measure}"
     about = chosen[0].words if chosen else "request"
     description = rng.choice(words["descriptions"]).format(subject=subject, param=about)
