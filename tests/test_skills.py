@@ -520,6 +520,19 @@ def test_argument_copy_says_whether_a_miss_was_the_first_token_or_a_later_one(to
     assert later_missed["first_token"] == 1.0 and later_missed["later_tokens"] == 0.0 and later_missed["n_later"] >= 1
 
 
+def test_argument_values_point_at_the_expected_call_even_after_earlier_calls(tokenizer):
+    """An errand's expected call is its last turn's: the values are found there, not in the first call."""
+    from llmkit.course.skill_scores import argument_values
+    from llmkit.course.toolgen import spoken
+
+    specs = make_skills(12, split="unseen_tools", seed=11, kinds=["errands"])
+    found = list(argument_values(tokenizer, specs))
+    assert len({id(spec) for spec, *_ in found}) >= 6
+    for spec, ids, positions, _ in found:
+        said = [spoken(v) for v in spec.expected.calls[0][1].values()]
+        assert tokenizer.decode(ids[positions[0]:positions[-1] + 1]) in said
+
+
 @pytest.mark.parametrize("split", ["train", "unseen_values", "unseen_phrasings_and_tools"])
 def test_every_call_is_preceded_by_the_words_of_its_tool_line(split):
     """The thinking before each call is words of the request that the chosen tool's line has (and,

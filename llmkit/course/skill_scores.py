@@ -389,7 +389,8 @@ def argument_copy(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
 
 
 def argument_values(tokenizer, specs: list[SkillConversation]):
-    """Each argument value of each first call: (spec, rendered ids, the value's token positions, group).
+    """Each argument value of the expected first call, the first after ``spec.prompt`` (an errand's
+    earlier turns hold calls too): (spec, rendered ids, the value's token positions, group).
 
     ``group`` is ``in_prompt`` when the value's tokens, as the call spells them, occur in that order
     in the prompt, else ``respelled``: " Pune" typed after a space and "Pune" in a JSON string are
@@ -401,11 +402,20 @@ def argument_values(tokenizer, specs: list[SkillConversation]):
         if not spec.expected.calls:
             continue
         ids = spec.render(tokenizer).ids
-        at = ids.index(marker)
+        at = ids.index(marker, _prompt_length(tokenizer, spec, ids))
         for start, end in _argument_value_bytes(*spec.expected.calls[0]):
             positions = token_positions(tokenizer, ids, at, start, end)
             value_ids = ids[positions[0]:positions[-1] + 1]
             yield spec, ids, positions, "in_prompt" if _occurs_in(ids[:at], value_ids) else "respelled"
+
+
+def _prompt_length(tokenizer, spec: SkillConversation, ids: list[int]) -> int:
+    """How many of the conversation's ``ids`` its prompt renders to (checked to be their start)."""
+    prompt = render(tokenizer, spec.prompt, tools=spec.definitions or None, system=spec.system,
+                    add_generation_prompt=False).ids
+    if ids[:len(prompt)] != prompt:
+        raise AssertionError(f"the {spec.kind} conversation's prompt does not render as the start of it")
+    return len(prompt)
 
 
 def _argument_value_bytes(name: str, arguments: dict) -> list[tuple[int, int]]:
