@@ -1,8 +1,6 @@
 """open_enums: enum and boolean parameters named, and enum options drawn, like every other tool word."""
 import random
 
-import pytest
-
 from llmkit.course.skills import make_skills
 from llmkit.course.toolgen import BOOLEAN_WORDS, TOOL_WORDS, VOCABULARY, enum_options, make_tool, pool_words, spoken
 
@@ -46,23 +44,3 @@ def test_the_user_still_says_each_enum_value_verbatim():
         for parameter, value in arguments.items():
             if "enum" in schema[parameter]:
                 assert value in schema[parameter]["enum"] and spoken(value) in c.messages[0]["content"]
-
-
-def test_the_recipe_opens_only_the_training_tools():
-    from llmkit.course.recipe_training import conversation_source
-    from llmkit.tokens.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer.load("data/models/base/tokenizer.json")
-    plain, opened = (conversation_source(tokenizer, 1024, ["tool"], open_enums=flag) for flag in (False, True))
-    assert [c.messages for c in plain(12, "heldout", 3)] == [c.messages for c in opened(12, "heldout", 3)]
-    assert [c.definitions for c in plain(30, "train", 3)] != [c.definitions for c in opened(30, "train", 3)]
-
-
-def test_a_preference_stage_cannot_take_open_enums():
-    from llmkit.course.recipe_training import finetune_stage
-
-    class Config:
-        base_model = "data/models/base"
-
-    with pytest.raises(ValueError, match="open_enums"):
-        finetune_stage("dpo", Config(), resume=False, stop_after=None, progress=False, open_enums=True)

@@ -61,23 +61,3 @@ def test_open_framing_never_reaches_the_split_of_unseen_phrasings():
     kinds, split = ["tool", "errands", "multi"], "unseen_phrasings_and_tools"
     assert [c.messages for c in make_skills(40, split=split, seed=2, kinds=kinds, open_framing=True)] == \
         [c.messages for c in make_skills(40, split=split, seed=2, kinds=kinds)]
-
-
-def test_the_recipe_opens_only_the_training_conversations():
-    from llmkit.course.recipe_training import conversation_source
-    from llmkit.tokens.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer.load("data/models/base/tokenizer.json")
-    plain, opened = (conversation_source(tokenizer, 1024, ["tool"], open_framing=flag) for flag in (False, True))
-    assert [c.messages for c in plain(12, "heldout", 3)] == [c.messages for c in opened(12, "heldout", 3)]
-    assert [c.messages for c in plain(12, "train", 3)] != [c.messages for c in opened(12, "train", 3)]
-
-
-def test_a_preference_stage_cannot_take_open_framing():
-    from llmkit.course.recipe_training import finetune_stage
-
-    class Config:
-        base_model = "data/models/base"
-
-    with pytest.raises(ValueError, match="open_framing"):
-        finetune_stage("dpo", Config(), resume=False, stop_after=None, progress=False, open_framing=True)

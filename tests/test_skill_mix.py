@@ -1,4 +1,5 @@
-"""A training mix other than ``skills.MIX``: kinds drawn by the shares a recipe stage names."""
+"""A training mix other than ``skills.MIX``: kinds drawn by the shares a recipe stage names
+(that it reaches the training conversations only: test_sft_settings.py)."""
 from collections import Counter
 
 import pytest
@@ -30,25 +31,8 @@ def test_kinds_and_a_mix_together_are_refused():
         make_skills(2, kinds=["tool"], mix={"tool": 1})
 
 
-def test_the_recipe_mixes_only_the_training_conversations():
-    from llmkit.course.recipe_training import conversation_source
-    from llmkit.tokens.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer.load("data/models/base/tokenizer.json")
-    plain, mixed = (conversation_source(tokenizer, 1024, mix=mix) for mix in (None, {"chitchat": 1}))
-    assert [c.messages for c in plain(12, "heldout", 3)] == [c.messages for c in mixed(12, "heldout", 3)]
-    assert {c.kind for c in mixed(12, "train", 3)} == {"chitchat"}
-
-
-def test_a_recipe_stage_names_a_bad_mix_and_dpo_refuses_any(tmp_path):
+def test_a_recipe_stage_names_a_bad_mix(tmp_path):
     from llmkit.course.recipe_stages import _finetune_config
-    from llmkit.course.recipe_training import finetune_stage
 
     with pytest.raises(ValueError, match="the sft_skills stage: a mix"):
         _finetune_config({"max_steps": 1, "mix": {"tool": 0}}, tmp_path, tmp_path / "sft_skills", None)
-
-    class Config:
-        base_model = "data/models/base"
-
-    with pytest.raises(ValueError, match="mix"):
-        finetune_stage("dpo", Config(), resume=False, stop_after=None, progress=False, mix={"tool": 1})
