@@ -63,6 +63,7 @@ class _Builder:
                              chatter=(lambda: chatter_word(self.rng, self.tool_split)) if skill else None), values)
 
     def new_tool(self, avoid: set[str] = frozenset()) -> GenTool:
+        """A generated tool of this conversation's splits whose subject starts with no word of ``avoid``."""
         return make_tool(self.rng, self.tool_split, self.value_split, avoid=avoid,
                          invent_every_word=self.invent_every_word, open_enums=self.open_enums)
 

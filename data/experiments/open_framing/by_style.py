@@ -101,7 +101,7 @@ def copy_by(model, tokenizer, specs, key) -> dict[str, dict[str, float | int]]:
     """Per ``key(spec, parameter, value)``: n, first_token and all_right, as ``copy_by_style``."""
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     by_spec: dict[int, list] = defaultdict(list)
-    for spec, ids, positions, group in argument_values(tokenizer, specs):
+    for spec, ids, positions, _ in argument_values(tokenizer, specs):
         by_spec[id(spec)].append((spec, ids, positions))
     for entries in by_spec.values():
         spec = entries[0][0]
