@@ -290,8 +290,10 @@ def pool_words(split: str) -> set[str]:
 _ALL_POOL_WORDS = pool_words("train") | pool_words("heldout")
 VOCABULARY = {split: [w for w in tool_vocabulary.WORDS if value_split(w) == split and w not in _ALL_POOL_WORDS]
               for split in TOOL_SPLITS}
-"""The corpus words a skill tool's name can use, by split: the values' hash decides, and no word of
-either split's pools is among them."""
+"""The corpus words a skill tool's name can use, by split: the values' hash decides, and no name
+word of either split's pools is among them. The pools' enum options can be (four held-out
+options, "fancy", "gold", "plain", "small", are training corpus words), so ``enum_options`` leaves
+the other split's options out."""
 
 
 def value_at(result, path: tuple[str, ...]):
