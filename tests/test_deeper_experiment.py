@@ -1,0 +1,53 @@
+"""data/experiments/deeper/: the recipe grows the shipped base, first_token.py sorts a miss right."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiment_script import EXPERIMENTS, load_experiment
+
+FOLDER = EXPERIMENTS / "deeper"
+
+
+def test_the_recipe_grows_the_shipped_base_and_fine_tunes_it_as_the_shipped_run_did():
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    recipe = load_recipe(FOLDER / "recipe.json")
+    main = load_recipe(FOLDER.parent.parent / "models" / "recipe.json")
+    names = [stage["name"] for stage in recipe["stages"]]
+    assert names[-2:] == ["pretrain_deeper", "sft_skills"]
+    shared = names.index("pretrain") + 1
+    assert chain_hashes(recipe["stages"])[:shared] == chain_hashes(main["stages"])[:shared]
+    deeper = recipe["stages"][-2]["settings"]
+    assert deeper["grow_from"] == "pretrain" and deeper["model"]["n_layers"] == 8
+    base = json.loads((FOLDER.parent.parent / "models" / "base" / "config.json").read_text())
+    assert {k: v for k, v in deeper["model"].items() if base.get(k) != v} == {"n_layers": 8, "family": "llama"}
+    shipped_skills = next(s for s in main["stages"] if s["name"] == "sft_skills")["settings"]
+    assert recipe["stages"][-1]["settings"] == shipped_skills
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_missed_first_token_is_sorted_by_where_the_prompt_holds_it():
+    script = load_experiment("deeper", "first_token.py")
+    from llmkit.chat.template import render
+    from llmkit.course.skills import make_skills
+    from llmkit.tokens.tokenizer import Tokenizer
+    from llmkit.paths import data_path
+
+    tokenizer = Tokenizer.load(data_path("models", "skills", "tokenizer.json"))
+    spec = make_skills(1, split="seen", seed=2, kinds=["weather"])[0]
+    ids = spec.render(tokenizer).ids
+    _, _, positions, group = next(script.argument_values(tokenizer, [spec]))
+    first = positions[0]
+    assert group == "in_prompt" and script.miss_group(tokenizer, ids, first, ids[first]) == "right"
+    request = script.user_message_span(tokenizer, ids, first)
+    other_word = next(ids[i] for i in request if ids[i] != ids[first])
+    assert script.miss_group(tokenizer, ids, first, other_word) == "request_word"
+    prompt_ids = render(tokenizer, spec.prompt, tools=spec.definitions or None, system=spec.system,
+                        add_generation_prompt=False).ids
+    tool_line_only = next(t for t in prompt_ids[:request.start] if t not in {ids[i] for i in request}
+                          and t not in tokenizer.special_tokens.values())
+    assert script.miss_group(tokenizer, ids, first, tool_line_only) == "elsewhere"
+    unseen = next(t for t in range(tokenizer.vocab_size) if t not in ids[:first])
+    assert script.miss_group(tokenizer, ids, first, unseen) == "not_in_prompt"
