@@ -17,8 +17,9 @@ figures to record in ``done.json`` (or None when a training stage stopped early 
 - ``dpo``: skill preference pairs against the previous stage as reference;
 - ``evals``: greedy skill evaluations per split through ``Client`` + ``run_agent``.
 
-The pretrain and evals stages also write ``shipped/``: their model with its weights rounded to
-bfloat16 and stored so (``ship_copy``); their figures are measured on that copy, the one that ships.
+The pretrain, sft and evals stages also write ``shipped/``: the model with its
+weights rounded to bfloat16 and stored so (``ship_copy``). The pretrain and evals stages measure
+their figures on that copy, the one that ships.
 """
 from __future__ import annotations
 
