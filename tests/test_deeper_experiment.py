@@ -51,3 +51,34 @@ def test_a_missed_first_token_is_sorted_by_where_the_prompt_holds_it():
     assert script.miss_group(tokenizer, ids, first, tool_line_only) == "elsewhere"
     unseen = next(t for t in range(tokenizer.vocab_size) if t not in ids[:first])
     assert script.miss_group(tokenizer, ids, first, unseen) == "not_in_prompt"
+
+
+def test_the_committed_run_is_the_recipe_here():
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    recipe = load_recipe(FOLDER / "recipe.json")
+    chains = chain_hashes(recipe["stages"])
+    for stage, chain, steps in (("pretrain_deeper", chains[-2], 100), ("sft_skills", chains[-1], 1200)):
+        done = json.loads((FOLDER / stage / "done.json").read_text())
+        assert done["chain"] == chain
+        logged = [json.loads(line) for line in (FOLDER / stage / "train_log.jsonl").read_text().splitlines()]
+        assert max(r["step"] for r in logged) == steps
+
+
+def test_the_committed_results_compare_like_with_like_and_agree_with_each_other():
+    from llmkit.course.skills import EVAL_SPLITS, MIX
+
+    results = json.loads((FOLDER / "results.json").read_text())
+    assert set(results["models"]) == {"shipped", "deeper"}
+    shipped_before = json.loads((EXPERIMENTS / "open_enums" / "results.json").read_text())["models"]["shipped"]
+    assert results["models"]["shipped"]["evals"] == shipped_before["evals"]  # the same model measured again
+    first = json.loads((FOLDER / "first_token.json").read_text())
+    assert set(first["models"]) == set(results["models"])
+    assert first["n"] == results["argument_conversations"]
+    for name, model in results["models"].items():
+        for split in EVAL_SPLITS:
+            assert model["evals"][split]["n_right_tool"] == results["per_kind"] * len(MIX)
+            counts, copy = first["models"][name][split], model["argument_copy"][split]
+            # two scripts, one set of values: the same count, and the same share of first tokens right
+            assert sum(counts.values()) == copy["n"]
+            assert counts["right"] / copy["n"] == pytest.approx(copy["first_token"])

@@ -1,7 +1,7 @@
 """Where does a missed argument go? The model's first token of each value, when it is wrong.
 
     python data/experiments/deeper/first_token.py --model shipped=data/models/skills \
-        --model deeper=RUN/sft_skills/shipped [--n 100] [--threads 2]
+        --model deeper=RUN/sft_skills/shipped [--n 100] [--show 5] [--threads 2]
 
 Teacher-forced, like ``skill_scores.argument_copy``: every token before an argument value is
 given, and the model's greedy next token is compared with the value's first token. The values
@@ -9,11 +9,12 @@ are those of the first call in ``--n`` conversations of the tool-calling kinds (
 conversations ``word_base/compare.py`` copies from) whose tokens occur in the prompt, so a model
 can copy them. A wrong first token is put in one of three groups:
 
-* ``request_word``: a token of the user's message, so the model copied, but the wrong word;
+* ``request_word``: a token of the user's message: mostly the model copied, but the wrong word
+  (a token the message merely holds, say a capital "M", counts here too; ``--show`` prints them);
 * ``elsewhere``: a token of the prompt outside the user's message (a tool line, the system);
 * ``not_in_prompt``: a token the prompt does not hold, so the model wrote from memory.
 
-If most misses are request words, the model has the copy and lacks the reading: it does not
+If most misses are request tokens, the model has the copy and lacks the reading: it does not
 know which word of an unfamiliar sentence is the value. It writes first_token.json beside this
 script (``--out`` elsewhere).
 """
@@ -54,8 +55,9 @@ def miss_group(tokenizer, ids: list[int], position: int, predicted: int) -> str:
     return "elsewhere" if predicted in ids[:position] else "not_in_prompt"
 
 
-def first_tokens(model, tokenizer, split: str, n: int) -> dict[str, int]:
-    """How many first tokens of ``split``'s copyable values fall in each of ``GROUPS``."""
+def first_tokens(model, tokenizer, split: str, n: int, show: int = 0) -> dict[str, int]:
+    """How many first tokens of ``split``'s copyable values fall in each of ``GROUPS``; the first
+    ``show`` misses are printed with the user's message."""
     counts = Counter({group: 0 for group in GROUPS})
     specs = make_skills(n, split=split, seed=SEED, kinds=list(TOOL_CALLING_KINDS))
     for _spec, ids, positions, group in argument_values(tokenizer, specs):
@@ -64,7 +66,14 @@ def first_tokens(model, tokenizer, split: str, n: int) -> dict[str, int]:
         first = positions[0]
         with torch.no_grad():
             logits = model(torch.tensor([ids[:first]], device=next(model.parameters()).device))[0, -1]
-        counts[miss_group(tokenizer, ids, first, int(logits.argmax()))] += 1
+        predicted = int(logits.argmax())
+        group = miss_group(tokenizer, ids, first, predicted)
+        counts[group] += 1
+        if group != "right" and show > 0:
+            show -= 1
+            request = tokenizer.decode([ids[i] for i in user_message_span(tokenizer, ids, first)])
+            print(f"  {split}: {request!r} -> {tokenizer.decode([predicted])!r} "
+                  f"instead of {tokenizer.decode([ids[first]])!r} ({group})")
     return dict(counts)
 
 
@@ -72,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER", required=True)
     parser.add_argument("--n", type=int, default=100, help="conversations per split")
+    parser.add_argument("--show", type=int, default=0, help="print this many misses per split and model")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("first_token.json"))
     args = parser.parse_args()
@@ -81,7 +91,8 @@ def main() -> None:
     results = {}
     for name, folder in models.items():
         client = Client(folder)
-        results[name] = {split: first_tokens(client.model.eval(), client.tokenizer, split, args.n)
+        results[name] = {split: first_tokens(client.model.eval(), client.tokenizer, split, args.n,
+                                                   args.show)
                          for split in EVAL_SPLITS}
     print("first token of a copyable value: " + " / ".join(GROUPS) + "  (" + " | ".join(models) + ")")
     for split in EVAL_SPLITS:
