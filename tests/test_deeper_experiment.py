@@ -43,7 +43,7 @@ def test_a_missed_first_token_is_sorted_by_where_the_prompt_holds_it():
     assert group == "in_prompt" and script.miss_group(tokenizer, ids, first, ids[first]) == "right"
     request = script.user_message_span(tokenizer, ids, first)
     other_word = next(ids[i] for i in request if ids[i] != ids[first])
-    assert script.miss_group(tokenizer, ids, first, other_word) == "request_word"
+    assert script.miss_group(tokenizer, ids, first, other_word) == "request_token"
     prompt_ids = render(tokenizer, spec.prompt, tools=spec.definitions or None, system=spec.system,
                         add_generation_prompt=False).ids
     tool_line_only = next(t for t in prompt_ids[:request.start] if t not in {ids[i] for i in request}

@@ -9,7 +9,7 @@ are those of the first call in ``--n`` conversations of the tool-calling kinds (
 conversations ``word_base/compare.py`` copies from) whose tokens occur in the prompt, so a model
 can copy them. A wrong first token is put in one of three groups:
 
-* ``request_word``: a token of the user's message: mostly the model copied, but the wrong word
+* ``request_token``: a token of the user's message: mostly the model copied, but the wrong word
   (a token the message merely holds, say a capital "M", counts here too; ``--show`` prints them);
 * ``elsewhere``: a token of the prompt outside the user's message (a tool line, the system);
 * ``not_in_prompt``: a token the prompt does not hold, so the model wrote from memory.
@@ -34,7 +34,7 @@ from llmkit.course.skills import EVAL_SPLITS, make_skills
 from llmkit.files import atomic_write
 
 SEED = 11
-GROUPS = ("right", "request_word", "elsewhere", "not_in_prompt")
+GROUPS = ("right", "request_token", "elsewhere", "not_in_prompt")
 
 
 def user_message_span(tokenizer, ids: list[int], before: int) -> range:
@@ -51,7 +51,7 @@ def miss_group(tokenizer, ids: list[int], position: int, predicted: int) -> str:
         return "right"
     request = user_message_span(tokenizer, ids, position)
     if predicted in (ids[i] for i in request):
-        return "request_word"
+        return "request_token"
     return "elsewhere" if predicted in ids[:position] else "not_in_prompt"
 
 
@@ -91,8 +91,8 @@ def main() -> None:
     results = {}
     for name, folder in models.items():
         client = Client(folder)
-        results[name] = {split: first_tokens(client.model.eval(), client.tokenizer, split, args.n,
-                                                   args.show)
+        model = client.model.eval()
+        results[name] = {split: first_tokens(model, client.tokenizer, split, args.n, args.show)
                          for split in EVAL_SPLITS}
     print("first token of a copyable value: " + " / ".join(GROUPS) + "  (" + " | ".join(models) + ")")
     for split in EVAL_SPLITS:
