@@ -11,7 +11,8 @@ can copy them. A wrong first token is put in one of three groups:
 
 * ``request_token``: a token of the user's message: mostly the model copied, but the wrong word
   (a token the message merely holds, say a capital "M", counts here too; ``--show`` prints them);
-* ``elsewhere``: a token of the prompt outside the user's message (a tool line, the system);
+* ``elsewhere``: a token of the prompt outside that message (a tool line, the system prompt, or
+  an earlier turn of an errand);
 * ``not_in_prompt``: a token the prompt does not hold, so the model wrote from memory.
 
 If most misses are request tokens, the model has the copy and lacks the reading: it does not
