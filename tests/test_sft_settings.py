@@ -1,7 +1,7 @@
 """The SFT stage settings that shape the training conversations change those and nothing else."""
 import pytest
 
-SETTINGS = [{"open_framing": True}, {"open_enums": True}, {"mix": {"chitchat": 1, "tool": 1}}]
+SETTINGS = [{"open_framing": True}, {"open_enums": True}, {"open_talk": True}, {"mix": {"chitchat": 1, "tool": 1}}]
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: next(iter(s)))

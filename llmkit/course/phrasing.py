@@ -82,7 +82,7 @@ GRAMMARS = {(intent, split): grammar(intent, split) for intent in INTENTS for sp
 
 def template(rng: random.Random, intent: str, split: str = "train", *, noise: bool = True,
              chatter: Callable[[], str] | None = None, later_forms: bool = False, wider: bool = False,
-             form: str | None = None) -> str:
+             form: str | None = None, talk: Callable[[str], str] | None = None) -> str:
     """One surface form of ``intent`` with its ``{slots}`` still unfilled.
 
     A form is always there; everything else is optional. A request in two sentences comes from
@@ -91,27 +91,32 @@ def template(rng: random.Random, intent: str, split: str = "train", *, noise: bo
     talk before or after the request now and then, its nouns drawn from that function.
     ``later_forms`` adds the forms written after the recipe's corpus was built, ``wider`` those
     written after its skills stage was trained. ``form`` replaces the grammar's forms with one
-    written elsewhere (``open_framing.open_form``); the talk around it is the grammar's.
+    written elsewhere (``open_framing.open_form``); the talk around it is the grammar's. ``talk``,
+    a function of a role ("opener", "before", "polite", "after", "closer"), writes the talk instead
+    of the grammar's pieces (``open_talk.talk_maker``); when and where talk goes stays the same.
     """
+    def pick(role: str, pieces: tuple[str, ...]) -> str:
+        return talk(role) if talk else rng.choice(pieces)
+
     g = GRAMMARS[(intent, phrasing_split(split))]
     if form is None:
         form = rng.choice(g.forms + (g.later_forms if later_forms else ()) + (g.wider_forms if wider else ()))
     parts = []
     if rng.random() < 0.35:
-        parts.append(rng.choice(g.openers))
+        parts.append(pick("opener", g.openers))
     if g.before and rng.random() < 0.3:
-        parts.append(rng.choice(g.before))
+        parts.append(pick("before", g.before))
     if rng.random() < 0.25 and not form[0] == "{":
-        form = f"{rng.choice(g.polite)} {form[0].lower()}{form[1:]}"
+        form = f"{pick('polite', g.polite)} {form[0].lower()}{form[1:]}"
     parts.append(form)
     if g.after and rng.random() < 0.3:
-        parts.append(rng.choice(g.after))
+        parts.append(pick("after", g.after))
     if rng.random() < 0.2:
-        parts.append(rng.choice(g.closers))
+        parts.append(pick("closer", g.closers))
     if chatter and g.chatter and rng.random() < CHATTER_RATE:
-        talk = re.sub(r"\{thing\}", lambda _: " ".join(chatter() for _ in range(rng.choice((1, 1, 2)))),
-                      rng.choice(g.chatter))
-        parts.insert(rng.choice((parts.index(form), len(parts))), talk)
+        aside = re.sub(r"\{thing\}", lambda _: " ".join(chatter() for _ in range(rng.choice((1, 1, 2)))),
+                       rng.choice(g.chatter))
+        parts.insert(rng.choice((parts.index(form), len(parts))), aside)
     text = " ".join(parts)
     return vary(rng, text) if noise else text
 

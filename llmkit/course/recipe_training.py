@@ -54,7 +54,7 @@ def _split(split: str) -> str:
 
 def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: float = 1.0,
                         wider_phrasings: bool = False, open_framing: bool = False, mix: dict | None = None,
-                        open_enums: bool = False):
+                        open_enums: bool = False, open_talk: bool = False):
     """``(n, split, seed) -> skill conversations`` that fit ``context`` (for SFT).
 
     ``lookup_weight`` weights the names the lookups write in the training loss
@@ -63,7 +63,8 @@ def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: floa
     pieces written after the skills stage (``phrasing_pools``); ``open_framing``: half their
     generated-tool requests take their connecting words from an open pool (``open_framing``);
     ``open_enums``: their tools' enums and booleans are named, and enums' options drawn, like other
-    tool words; ``mix`` draws the training kinds by other shares than ``skills.MIX``. The held-out
+    tool words; ``open_talk``: half their requests take the talk around them from an open pool
+    (``open_talk``); ``mix`` draws the training kinds by other shares than ``skills.MIX``. The held-out
     conversations never change.
     """
     if isinstance(lookup_weight, bool) or not isinstance(lookup_weight, (int, float)) or not lookup_weight > 0:
@@ -77,6 +78,7 @@ def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: floa
         chosen = fitting(lambda k, s: make_skills(k, split=_split(split), seed=s, kinds=kinds,
                                                   wider_phrasings=wider_phrasings and train,
                                                   open_framing=open_framing and train, open_enums=open_enums and train,
+                                                  open_talk=open_talk and train,
                                                   mix=mix if train else None), n,
                          lambda c: len(c.render(tokenizer)), context, seed)
         return weighted(chosen) if train and lookup_weight != 1 else chosen
@@ -124,22 +126,24 @@ def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
 
 def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, resume: bool, stop_after: int | None,
                    progress: bool, lookup_weight: float = 1.0, wider_phrasings: bool = False,
-                   open_framing: bool = False, mix: dict | None = None, open_enums: bool = False) -> bool:
+                   open_framing: bool = False, mix: dict | None = None, open_enums: bool = False,
+                   open_talk: bool = False) -> bool:
     """Run one SFT or DPO stage on the course's skill data; True when it finished (``model/`` written).
 
     ``probe``: settings for ``skill_probe`` (``{}`` for its defaults), or None for no probe;
-    ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``, ``open_enums``: see
+    ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``, ``open_enums``, ``open_talk``: see
     ``conversation_source`` (SFT only)."""
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.finetune import finetune
 
-    if stage != "sft" and (lookup_weight != 1 or wider_phrasings or open_framing or open_enums or mix is not None):
-        raise ValueError(f"lookup_weight, wider_phrasings, open_framing, open_enums and mix shape SFT conversations; "
+    if stage != "sft" and (lookup_weight != 1 or wider_phrasings or open_framing or open_enums or open_talk
+                                     or mix is not None):
+        raise ValueError(f"lookup_weight, wider_phrasings, open_framing, open_enums, open_talk and mix shape SFT conversations; "
                          f"a {stage} stage cannot take them")
     tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
     context = _context_of(cfg.base_model)
     source = (conversation_source(tokenizer, context, kinds, lookup_weight, wider_phrasings, open_framing, mix,
-                                  open_enums)
+                                  open_enums, open_talk)
               if stage == "sft" else pair_source(tokenizer, context))
     finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress,
              probe=None if probe is None else skill_probe(tokenizer, probe))
