@@ -1,0 +1,79 @@
+"""data/experiments/open_talk/: the committed run is the recipe here, its results compare like with like."""
+import json
+
+import pytest
+
+from experiment_script import EXPERIMENTS, load_experiment
+
+FOLDER = EXPERIMENTS / "open_talk"
+
+
+def test_the_recipe_is_the_open_enums_run_plus_open_talk():
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    recipe = load_recipe(FOLDER / "recipe.json")
+    before = load_recipe(EXPERIMENTS / "open_enums" / "recipe.json")
+    assert chain_hashes(recipe["stages"])[:-1] == chain_hashes(before["stages"])[:-1]
+    settings, before_settings = recipe["stages"][-1]["settings"], before["stages"][-1]["settings"]
+    assert {k: v for k, v in settings.items() if before_settings.get(k) != v} == {"open_talk": True}
+
+
+def test_the_committed_run_is_the_recipe_here():
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    recipe = load_recipe(FOLDER / "recipe.json")
+    done = json.loads((FOLDER / "sft_skills" / "done.json").read_text())
+    assert done["chain"] == chain_hashes(recipe["stages"])[-1]
+    logged = [json.loads(line) for line in (FOLDER / "sft_skills" / "train_log.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in logged) == 1200
+
+
+def test_the_committed_results_compare_like_with_like_and_agree_with_each_other():
+    from llmkit.course.skills import EVAL_SPLITS, MIX
+
+    results = json.loads((FOLDER / "results.json").read_text())
+    assert set(results["models"]) == {"open_enums", "open_talk"}
+    before = json.loads((EXPERIMENTS / "open_enums" / "results.json").read_text())["models"]["open_enums"]
+    assert results["models"]["open_enums"]["evals"] == before["evals"]  # the same model measured again
+    first = json.loads((FOLDER / "first_token.json").read_text())
+    assert set(first["models"]) == set(results["models"]) and first["n"] == results["argument_conversations"]
+    for model in results["models"].values():
+        for split in EVAL_SPLITS:
+            assert model["evals"][split]["n_right_tool"] == results["per_kind"] * len(MIX)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_request_token_is_sorted_into_talk_or_form_by_where_the_message_holds_it():
+    script = load_experiment("open_talk", "by_piece.py")
+    from llmkit.course.skill_scores import argument_values
+    from llmkit.course.skills import make_skills
+    from llmkit.paths import data_path
+    from llmkit.tokens.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load(data_path("models", "skills", "tokenizer.json"))
+    split = "unseen_phrasings_and_tools"
+    specs = [s for s in make_skills(200, split=split, seed=3, kinds=["weather"])
+             if "much obliged" in str(s.messages[0]["content"]).lower()]
+    _, ids, positions, _ = next(argument_values(tokenizer, specs[:1]))
+    first = positions[0]
+    request = script.first_token.user_message_span(tokenizer, ids, first)
+    talk = script.talk_positions(tokenizer, ids, request, split)
+    talk_text = tokenizer.decode([ids[i] for i in sorted(talk)]).lower()
+    assert "obliged" in talk_text and first not in talk
+    only_in_talk = next(ids[i] for i in sorted(talk) if all(j in talk for j in request if ids[j] == ids[i]))
+    assert script.piece_group(tokenizer, ids, first, only_in_talk, split) == "talk"
+    form_token = next(ids[i] for i in request if i not in talk and ids[i] != ids[first])
+    assert script.piece_group(tokenizer, ids, first, form_token, split) == "form"
+    assert script.piece_group(tokenizer, ids, first, ids[first], split) == "right"
+
+
+def test_by_piece_splits_the_request_tokens_first_token_counted():
+    first = json.loads((FOLDER / "first_token.json").read_text())["models"]
+    first["shipped"] = json.loads((EXPERIMENTS / "deeper" / "first_token.json").read_text())["models"]["shipped"]
+    by_piece = json.loads((FOLDER / "by_piece.json").read_text())["models"]
+    assert set(by_piece) == set(first)
+    for name, splits in first.items():
+        for split, counts in splits.items():
+            pieces = by_piece[name][split]
+            assert pieces["talk"] + pieces["form"] == counts["request_token"]
+            assert all(pieces[g] == counts[g] for g in ("right", "elsewhere", "not_in_prompt"))
