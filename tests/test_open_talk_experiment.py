@@ -77,3 +77,15 @@ def test_by_piece_splits_the_request_tokens_first_token_counted():
             pieces = by_piece[name][split]
             assert pieces["talk"] + pieces["form"] == counts["request_token"]
             assert all(pieces[g] == counts[g] for g in ("right", "elsewhere", "not_in_prompt"))
+
+
+def test_recipe_chat_goes_on_from_this_sft_skills_with_the_main_recipes_later_stages():
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    here, chat = load_recipe(FOLDER / "recipe.json"), load_recipe(FOLDER / "recipe_chat.json")
+    main = load_recipe(FOLDER.parent.parent / "models" / "recipe.json")
+    assert chain_hashes(chat["stages"])[:len(here["stages"])] == chain_hashes(here["stages"])
+    later = chat["stages"][len(here["stages"]):]
+    assert [s["name"] for s in later] == ["sft_polish", "dpo", "evals"]
+    for stage in later:
+        assert stage["settings"] == next(s for s in main["stages"] if s["name"] == stage["name"])["settings"]
