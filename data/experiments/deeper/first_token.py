@@ -95,13 +95,18 @@ def main() -> None:
         model = client.model.eval()
         results[name] = {split: first_tokens(model, client.tokenizer, split, args.n, args.show)
                          for split in EVAL_SPLITS}
-    print("first token of a copyable value: " + " / ".join(GROUPS) + "  (" + " | ".join(models) + ")")
+    report(results, GROUPS, "data/experiments/deeper/first_token.py", args.n, args.out)
+
+
+def report(results: dict, groups: tuple[str, ...], script: str, n: int, out: Path) -> None:
+    """Print ``results`` (model -> split -> group -> count) as a table, and write them to ``out``
+    with the command that made them."""
+    print("first token of a copyable value: " + " / ".join(groups) + "  (" + " | ".join(results) + ")")
     for split in EVAL_SPLITS:
-        cells = [" / ".join(str(results[name][split][g]) for g in GROUPS) for name in models]
+        cells = [" / ".join(str(counts[split][g]) for g in groups) for counts in results.values()]
         print(f"  {split:<28} " + " | ".join(cells))
-    command = "python data/experiments/deeper/first_token.py " + " ".join(sys.argv[1:])
-    atomic_write(args.out, json.dumps({"command": command, "n": args.n, "seed": SEED, "models": results},
-                                      indent=1) + "\n")
+    command = f"python {script} " + " ".join(sys.argv[1:])
+    atomic_write(out, json.dumps({"command": command, "n": n, "seed": SEED, "models": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -30,7 +28,6 @@ from llmkit.course.phrasing import phrasing_split
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
 from llmkit.course.skill_scores import TOOL_CALLING_KINDS, argument_values
 from llmkit.course.skills import EVAL_SPLITS, make_skills
-from llmkit.files import atomic_write
 
 _spec = importlib.util.spec_from_file_location("first_token", Path(__file__).parent.parent / "deeper" / "first_token.py")
 first_token = importlib.util.module_from_spec(_spec)
@@ -103,13 +100,7 @@ def main() -> None:
         client = Client(folder)
         results[name] = {split: by_piece(client.model.eval(), client.tokenizer, split, args.n)
                          for split in EVAL_SPLITS}
-    print("first token of a copyable value: " + " / ".join(GROUPS) + "  (" + " | ".join(models) + ")")
-    for split in EVAL_SPLITS:
-        cells = [" / ".join(str(results[name][split][g]) for g in GROUPS) for name in models]
-        print(f"  {split:<28} " + " | ".join(cells))
-    command = "python data/experiments/open_talk/by_piece.py " + " ".join(sys.argv[1:])
-    atomic_write(args.out, json.dumps({"command": command, "n": args.n, "seed": first_token.SEED,
-                                       "models": results}, indent=1) + "\n")
+    first_token.report(results, GROUPS, "data/experiments/open_talk/by_piece.py", args.n, args.out)
 
 
 if __name__ == "__main__":
