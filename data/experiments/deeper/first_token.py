@@ -78,17 +78,23 @@ def first_tokens(model, tokenizer, split: str, n: int, show: int = 0) -> dict[st
     return dict(counts)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str, out: Path, show: bool) -> tuple[argparse.Namespace, dict[str, str]]:
+    """The command line of a first-token script: its arguments and ``{name: model folder}``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER", required=True)
     parser.add_argument("--n", type=int, default=100, help="conversations per split")
-    parser.add_argument("--show", type=int, default=0, help="print this many misses per split and model")
+    if show:
+        parser.add_argument("--show", type=int, default=0, help="print this many misses per split and model")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("first_token.json"))
+    parser.add_argument("--out", type=Path, default=out)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    models = dict(spec.split("=", 1) for spec in args.model)
+    return args, dict(spec.split("=", 1) for spec in args.model)
+
+
+def main() -> None:
+    args, models = arguments(__doc__.splitlines()[0], Path(__file__).with_name("first_token.json"), show=True)
     results = {}
     for name, folder in models.items():
         client = Client(folder)

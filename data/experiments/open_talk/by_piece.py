@@ -15,7 +15,6 @@ is a floor. Open talk is aimed at the first group. Writes by_piece.json beside t
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import re
 from collections import Counter
@@ -86,15 +85,8 @@ def by_piece(model, tokenizer, split: str, n: int) -> dict[str, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER", required=True)
-    parser.add_argument("--n", type=int, default=100, help="conversations per split")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("by_piece.json"))
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    models = dict(spec.split("=", 1) for spec in args.model)
+    args, models = first_token.arguments(__doc__.splitlines()[0], Path(__file__).with_name("by_piece.json"),
+                                         show=False)
     results = {}
     for name, folder in models.items():
         client = Client(folder)
