@@ -6,7 +6,10 @@ such as "Be a dear: dig up notes on Doha", it copies "dear"; after "Much obliged
 city with "M". Here, for a share of the training requests, each piece of talk around the request
 (opener, politeness, context before or after, sign-off) is made afresh from corpus and made-up
 words, capitalised at random, so that the only steady mark of the value is where the request puts
-it. The request's own words (its form) are the grammar's.
+it. The request's own words (its form) are the grammar's. Measured at the end of ``sft_skills``
+(data/experiments/open_talk/), it lifts exact arguments on unseen phrasings and tools more than
+any earlier data change, and mostly not by the misses it was aimed at: the model reads the
+request's own words better.
 
 Held out by construction: no word of a held-out phrasing piece is drawn (``open_framing.open_word``),
 nor an option of a held-out enum ("gold", "plain"), which a held-out request may ask the model to copy.

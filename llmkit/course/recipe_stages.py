@@ -211,7 +211,8 @@ def has_checkpoint(folder: Path) -> bool:
 
 
 # a fine-tuning stage's settings about the course's data
-COURSE_SETTINGS = ("kinds", "probe", "lookup_weight", "wider_phrasings", "open_framing", "open_enums", "open_talk", "mix")
+COURSE_SETTINGS = ("kinds", "probe", "lookup_weight", "wider_phrasings", "open_framing", "open_enums", "open_talk",
+                   "mix")
 
 
 def _finetune_config(settings: dict, base: Path, folder: Path, device: str | None):

@@ -136,10 +136,10 @@ def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, re
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.finetune import finetune
 
-    if stage != "sft" and (lookup_weight != 1 or wider_phrasings or open_framing or open_enums or open_talk
-                                     or mix is not None):
-        raise ValueError(f"lookup_weight, wider_phrasings, open_framing, open_enums, open_talk and mix shape SFT conversations; "
-                         f"a {stage} stage cannot take them")
+    shaping = lookup_weight != 1 or wider_phrasings or open_framing or open_enums or open_talk or mix is not None
+    if stage != "sft" and shaping:
+        raise ValueError(f"lookup_weight, wider_phrasings, open_framing, open_enums, open_talk and mix shape SFT "
+                         f"conversations; a {stage} stage cannot take them")
     tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
     context = _context_of(cfg.base_model)
     source = (conversation_source(tokenizer, context, kinds, lookup_weight, wider_phrasings, open_framing, mix,
