@@ -47,20 +47,26 @@ def test_talk_replaces_the_grammars_pieces_and_leaves_the_slots():
 
 
 def _user_texts(conversations) -> list[str]:
-    return [str(c.messages[0]["content"]) for c in conversations]
+    return [" ".join(str(m["content"]) for m in c.messages if m["role"] == "user" and isinstance(m["content"], str))
+            for c in conversations]
 
 
-def test_open_talk_keeps_every_value_and_changes_half_the_talk():
+def test_open_talk_keeps_every_value_in_the_users_words_and_rewrites_about_half_the_talk():
     kinds = ["tool", "weather", "letters", "memory"]
-    opened = make_skills(200, split="train", seed=4, kinds=kinds, open_talk=True)
-    for c in opened:
+    opened = make_skills(400, split="train", seed=4, kinds=kinds, open_talk=True)
+    for c, text in zip(opened, _user_texts(opened)):
         for _, arguments in c.expected.calls:
             for value in arguments.values():
-                assert spoken(value) in str(c.messages), (c.messages[0], value)
-    plain_texts, open_texts = _user_texts(make_skills(200, split="train", seed=4, kinds=kinds)), _user_texts(opened)
+                assert spoken(value) in text, (text, value)
+        if c.expected.name:
+            assert c.expected.name in text
+    plain_texts = _user_texts(make_skills(400, split="train", seed=4, kinds=kinds))
     openers = tuple(o.lower() for o in TRAIN.openers)
-    assert sum(t.lower().startswith(openers) for t in open_texts) < sum(t.lower().startswith(openers)
-                                                                        for t in plain_texts)
+
+    def grammar_openers(texts) -> int:
+        return sum(t.lower().startswith(openers) for t in texts)
+    # half the requests take open talk, so about half the grammar's openers are left
+    assert 0.3 < grammar_openers(_user_texts(opened)) / grammar_openers(plain_texts) < 0.7
 
 
 def test_open_talk_never_reaches_the_split_of_unseen_phrasings():
