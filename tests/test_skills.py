@@ -188,6 +188,7 @@ def test_wrong_tool_and_miscopied_argument_are_caught():
     _first_call(wrong_tool)["name"] = "not_" + c.expected.calls[0][0]
     s = score(c, wrong_tool, "end_turn")
     assert s["right_tool"] is False and s["args_exact"] is False and s["tool_call_valid"] is False
+    assert s["calls_made"] is True  # written wrong, but written: not a call left out
     miscopied = _replay(c)
     key = next(iter(c.expected.calls[0][1]))
     value = _first_call(miscopied)["input"][key]
@@ -195,6 +196,22 @@ def test_wrong_tool_and_miscopied_argument_are_caught():
         value + 1 if isinstance(value, (int, float)) else value + "x")
     s = score(c, miscopied, "end_turn")
     assert s["right_tool"] is True and s["args_exact"] is False
+
+
+def test_calls_made_counts_calls_due_not_calls_right():
+    c = next(c for c in make_skills(20, split="seen", seed=2, kinds=["multi"]) if len(c.expected.calls) == 2)
+    both = _replay(c)
+    assert score(c, both, "end_turn")["calls_made"] is True
+    second_call = _call_message(both, 1)
+    one_left_out = both[:both.index(second_call)] + [{"role": "assistant", "content": "Done."}]
+    assert len(calls_in(one_left_out)) == 1 and score(c, one_left_out, "end_turn")["calls_made"] is False
+    chitchat = make_skill("chitchat", "seen", 0)
+    assert score(chitchat, _replay(chitchat), "end_turn")["calls_made"] is None  # no call was due
+
+
+def _call_message(transcript, which):
+    return [m for m in transcript if m["role"] == "assistant" and isinstance(m["content"], list)
+            and any(b["type"] in ("tool_use", "server_tool_use") for b in m["content"])][which]
 
 
 def test_types_count_in_args_exact():
@@ -294,6 +311,8 @@ def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
     report = evaluate_skills(SilentClient(), per_kind=2, splits=("seen",), seed=1)["seen"]
     no_call_kinds = {"missing", "memory", "chitchat", "which"}
     assert report["right_tool"] == pytest.approx(len(no_call_kinds) / len(KINDS), abs=1e-4)
+    assert report["calls_made"] == 0.0 and report["tool_call_valid"] == 0.0
+    assert report["n_calls_made"] == 2 * (len(KINDS) - len(no_call_kinds))
     assert report["args_exact"] == 0.0 and report["memory"] == 0.0 and report["answer_from_result"] == 0.0
     assert report["tools_named"] == 0.0
     assert report["no_invention"] == 1.0 and report["ends_turn"] == 1.0

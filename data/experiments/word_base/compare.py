@@ -45,7 +45,7 @@ from llmkit.paths import data_path
 ARGUMENT_CONVERSATIONS = 100
 ARGUMENT_SEED = 11
 PROBE_SCORES = ("right_tool", "args_exact", "copy_in_prompt")
-EVAL_SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn",
+EVAL_SCORES = ("tool_call_valid", "calls_made", "right_tool", "args_exact", "answer_from_result", "ends_turn",
                "no_invention", "memory")
 
 
