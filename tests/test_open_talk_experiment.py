@@ -89,3 +89,42 @@ def test_recipe_chat_goes_on_from_this_sft_skills_with_the_main_recipes_later_st
     assert [s["name"] for s in later] == ["sft_polish", "dpo", "evals"]
     for stage in later:
         assert stage["settings"] == next(s for s in main["stages"] if s["name"] == stage["name"])["settings"]
+
+
+def test_calls_due_sorts_a_conversation_by_what_the_model_did():
+    import copy
+
+    from llmkit.course.skills import make_skill, make_skills
+
+    outcome = load_experiment("open_talk", "calls_due.py").outcome
+    spec = make_skills(1, split="unseen_phrasings_and_tools", seed=4, kinds=["letters"])[0]
+    perfect = copy.deepcopy(spec.messages[len(spec.prompt):])
+    assert outcome(spec, perfect) == "valid"
+    broken = copy.deepcopy(perfect)
+    next(b for b in broken[0]["content"] if b["type"] == "tool_use")["input"] = {"no_such_parameter": 1}
+    assert outcome(spec, broken) == "invalid"
+    refusal = [{"role": "assistant", "content": "I can't tell you that: none of my tools gives the count."}]
+    assert outcome(spec, refusal) == "refused"
+    assert outcome(spec, [{"role": "assistant", "content": "There are 3."}]) == "other"
+    missing = make_skill("missing", "seen", 0)
+    assert outcome(missing, copy.deepcopy(missing.messages[len(missing.prompt):])) == "held_back"
+    assert outcome(missing, perfect) == "called"
+
+
+def test_the_committed_calls_due_count_the_conversations_compare_scored():
+    due = json.loads((FOLDER / "calls_due.json").read_text())
+    scored = {"shipped": json.loads((EXPERIMENTS / "word_base" / "results.json").read_text())["models"]["shipped"],
+              **json.loads((FOLDER / "results.json").read_text())["models"]}
+    assert set(due["models"]) == set(scored) and due["per_kind"] == 50
+    for name, splits in due["models"].items():
+        for split, kinds in splits.items():
+            assert list(kinds) == due["kinds"]
+            for kind, outcomes in kinds.items():
+                assert sum(outcomes.values()) == due["per_kind"]
+                if "valid" not in outcomes:
+                    continue
+                valid = scored[name]["evals"][split]["kinds"][kind]["tool_call_valid"] * due["per_kind"]
+                if kind == "multi":  # tool_call_valid passes one valid call of two; "valid" wants both
+                    assert outcomes["valid"] <= round(valid)
+                else:
+                    assert outcomes["valid"] == round(valid), (name, kind)

@@ -13,7 +13,7 @@ from llmkit.chat.markers import marker_ids
 from llmkit.chat.template import render
 from llmkit.course.phrasing_pools import TRAIN
 from llmkit.course.skill_preferences import make_skill_preferences
-from llmkit.course.skill_scores import SCORES, calls_in, evaluate_skills, fractions, repeats, score
+from llmkit.course.skill_scores import SCORES, calls_in, evaluate_skills, final_text, fractions, repeats, score
 from llmkit.course.skills import KINDS, SPLITS, make_skill, make_skills
 from llmkit.course.toolgen import TOOL_WORDS, pool_words
 from llmkit.course.values import value_split
@@ -37,7 +37,7 @@ def test_every_kind_renders_fits_1024_and_ends_its_turn(tokenizer, kind, split):
         rendered = c.render(tokenizer)
         assert len(rendered) <= 1024
         assert rendered.ids[-1] == end_turn and rendered.mask[-1]
-        assert 1 <= len(c.tools) + (kind in ("chitchat", "memory", "missing")) <= 6
+        assert 1 <= len(c.tools) + (kind in ("chitchat", "memory", "missing", "not_offered")) <= 6
         # what is expected is what follows the last request (errands answer earlier ones before it)
         assert [(b["name"], b["input"]) for b in calls_in(c.messages[len(c.prompt):])] == list(c.expected.calls)
         text = c.messages[-1]["content"]
@@ -56,9 +56,9 @@ def test_errands_ask_for_different_offered_tools_in_turn_and_expect_the_last(spl
         assert len(_user_texts(c)) == len(names)  # one typed request per call, each answered in turn
 
 
-def test_the_training_mix_has_every_kind_but_which_and_is_seeded():
+def test_the_training_mix_has_every_kind_but_which_and_not_offered_and_is_seeded():
     a = make_skills(300, split="train", seed=4)
-    assert {c.kind for c in a} == set(KINDS) - {"which"}
+    assert {c.kind for c in a} == set(KINDS) - {"which", "not_offered"}  # a recipe's mix may add them
     assert [c.messages for c in a[:20]] == [c.messages for c in make_skills(20, split="train", seed=4)]
     assert a[0].messages != make_skills(1, split="train", seed=5)[0].messages
 
@@ -309,7 +309,7 @@ def test_a_perfect_model_through_the_harness_scores_one_everywhere():
 
 def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
     report = evaluate_skills(SilentClient(), per_kind=2, splits=("seen",), seed=1)["seen"]
-    no_call_kinds = {"missing", "memory", "chitchat", "which"}
+    no_call_kinds = {"missing", "memory", "chitchat", "which", "not_offered"}
     assert report["right_tool"] == pytest.approx(len(no_call_kinds) / len(KINDS), abs=1e-4)
     assert report["calls_made"] == 0.0 and report["tool_call_valid"] == 0.0
     assert report["n_calls_made"] == 2 * (len(KINDS) - len(no_call_kinds))
@@ -317,6 +317,7 @@ def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
     assert report["tools_named"] == 0.0
     assert report["no_invention"] == 1.0 and report["ends_turn"] == 1.0
     assert report["kinds"]["chitchat"]["right_tool"] == 1.0
+    assert report["kinds"]["not_offered"]["no_invention"] == 1.0
 
 
 def test_answer_from_result_is_false_when_the_result_has_another_shape():
@@ -587,3 +588,20 @@ def test_a_lookup_quotes_only_words_the_tool_line_has():
     assert lookup_note(get_weather, "weather") == "weather -> get_weather"
     with pytest.raises(ValueError, match="tool line"):
         lookup_note(get_weather, "umbrella")
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_not_offered_asks_a_course_request_with_its_tool_left_out(split):
+    from llmkit.course.skills import COURSE_SUBJECTS, COURSE_TOOLS
+
+    subjects = []
+    for c in make_skills(60, split=split, seed=5, kinds=["not_offered"]):
+        subject = c.expected.facts["subject"]
+        intent = next(i for i, s in COURSE_SUBJECTS.items() if s == subject)
+        assert COURSE_TOOLS[intent].name not in {t.name for t in c.tools}
+        assert not calls_in(c.messages) and c.expected.no_invention and subject in final_text(c.messages)
+        subjects.append(intent)
+    assert set(subjects) == set(COURSE_TOOLS)  # every course intent turns up
+    other_course_tools = [c for c in make_skills(60, split=split, seed=5, kinds=["not_offered"])
+                          if any(t in COURSE_TOOLS.values() for t in c.tools)]
+    assert len(other_course_tools) >= 20  # often beside the other course tools: the contrast it teaches

@@ -34,10 +34,13 @@ from llmkit.course.toolgen import GenTool, chatter_word, draw_arguments, make_to
 from llmkit.course.tools import calculator, count_letters, get_weather, web_search
 from llmkit.course.values import DAYS, draw
 
-KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands", "which")
+KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands", "which",
+         "not_offered")
 MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 8, "chitchat": 5, "weather": 6,
        "letters": 5, "arithmetic": 5, "search": 5}  # training shares; no ``which``: it cost held-out calls (recipe README)
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
+COURSE_SUBJECTS = {"weather": "weather forecast", "letters": "letter count", "arithmetic": "calculation",
+                   "search": "search results"}  # what a refusal says is missing when a course tool is left out
 SYSTEM_PROMPTS = [None, "You are a helpful assistant.", "You are a helpful assistant. Answer briefly.",
                   "Use a tool when one fits; otherwise answer directly."]
 UMBRELLA_FROM_PERCENT = 50
@@ -301,12 +304,31 @@ def _missing(b: _Builder) -> SkillConversation:
     else:
         request, subject = _weather_request(b), "weather forecast"
         offered = b.distractors(b.rng.randint(0, 3), {"get_weather"}, course=False)
+    return _refusal(b, "missing", request.text, subject, offered)
+
+
+def _not_offered(b: _Builder) -> SkillConversation:
+    """One of the course's own requests (weather, letters, arithmetic, search) with its tool left
+    out, often among the other course tools: the answer says so. Beside the same requests with
+    their tool offered, it teaches that holding back hinges on the tool list; without it a model
+    can learn to hold back whenever a request's words are unfamiliar (data/experiments/not_offered/)."""
+    intent = b.rng.choice(sorted(COURSE_TOOLS))
+    request = _any_request(b, intent)
+    others = [tool for name, tool in COURSE_TOOLS.items() if name != intent]
+    offered = b.rng.sample(others, b.rng.randint(0, 2)) + b.distractors(b.rng.randint(0, 3), {request.tool.name},
+                                                                         course=False)
+    b.rng.shuffle(offered)
+    return _refusal(b, "not_offered", request.text, COURSE_SUBJECTS[intent], offered)
+
+
+def _refusal(b: _Builder, kind: str, request: str, subject: str, offered: list[Tool]) -> SkillConversation:
+    """The user's ``request`` answered by saying that no offered tool gives the ``subject``."""
     answer = b.rng.choice([f"I can't tell you that: none of my tools gives the {subject}.",
                            f"I have no tool for the {subject}, so I can't know it.",
                            f"Sorry, I don't have a tool that gives the {subject}."])
     content = [*b.thinking(f"None of my tools gives the {subject}."), {"type": "text", "text": answer}]
-    messages = [{"role": "user", "content": request.text}, {"role": "assistant", "content": content}]
-    return SkillConversation("missing", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS),
+    messages = [{"role": "user", "content": request}, {"role": "assistant", "content": content}]
+    return SkillConversation(kind, b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS),
                              Expected(no_invention=True, facts={"subject": subject}))
 
 
@@ -345,7 +367,7 @@ def _memory(b: _Builder) -> SkillConversation:
 BUILDERS = {"which": _which, "tool": lambda b: _single(b, "tool"), "weather": lambda b: _single(b, "weather"),
             "letters": lambda b: _single(b, "letters"), "arithmetic": lambda b: _single(b, "arithmetic"),
             "search": lambda b: _single(b, "search"), "missing": _missing, "memory": _memory,
-            "chitchat": _chitchat, "multi": _multi, "errands": _errands}
+            "chitchat": _chitchat, "multi": _multi, "errands": _errands, "not_offered": _not_offered}
 
 
 def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True,
