@@ -79,7 +79,7 @@ def test_by_piece_splits_the_request_tokens_first_token_counted():
             assert all(pieces[g] == counts[g] for g in ("right", "elsewhere", "not_in_prompt"))
 
 
-def test_recipe_chat_goes_on_from_this_sft_skills_with_the_main_recipes_later_stages():
+def test_recipe_chat_goes_on_from_this_sft_skills_polishing_on_the_same_data():
     from llmkit.course.recipe_stages import chain_hashes, load_recipe
 
     here, chat = load_recipe(FOLDER / "recipe.json"), load_recipe(FOLDER / "recipe_chat.json")
@@ -87,8 +87,19 @@ def test_recipe_chat_goes_on_from_this_sft_skills_with_the_main_recipes_later_st
     assert chain_hashes(chat["stages"])[:len(here["stages"])] == chain_hashes(here["stages"])
     later = chat["stages"][len(here["stages"]):]
     assert [s["name"] for s in later] == ["sft_polish", "dpo", "evals"]
+    skills = here["stages"][-1]["settings"]
+    data_settings = {k: skills[k] for k in ("open_framing", "open_enums", "open_talk", "mix")}
     for stage in later:
-        assert stage["settings"] == next(s for s in main["stages"] if s["name"] == stage["name"])["settings"]
+        in_main = next(s for s in main["stages"] if s["name"] == stage["name"])["settings"]
+        # polishing on the default data undid much of what sft_skills learnt (sft_polish_closed/)
+        assert stage["settings"] == ({**in_main, **data_settings} if stage["name"] == "sft_polish" else in_main)
+
+
+def test_the_closed_polish_log_is_the_main_polish_on_this_sft_skills():
+    logged = [json.loads(line) for line in (FOLDER / "sft_polish_closed" / "train_log.jsonl").read_text().splitlines()]
+    probes = [r for r in logged if "probe" in r]
+    assert [r["step"] for r in probes] == list(range(0, 700, 100))  # stopped at step 620 of 1,000
+    assert probes[0]["heldout_loss"] < probes[-1]["heldout_loss"]
 
 
 def test_calls_due_sorts_a_conversation_by_what_the_model_did():
