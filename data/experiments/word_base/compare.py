@@ -17,7 +17,9 @@ held-out splits:
   per kind, so two models fit in one sitting (the recipe uses 100).
 
 It prints one table per measure and writes everything to results.json beside this script
-(``--out`` elsewhere), with the command and each model's seconds.
+(``--out`` elsewhere), with the command and each model's seconds. One ``--model`` alone is measured
+the same way, to set beside another run's committed results (the conversations depend only on
+``--per-kind`` and the recipe's evals settings).
 
     python data/experiments/word_base/compare.py --probe-logs \
         shipped=data/models/skills/stages/sft_skills/train_log.jsonl \
@@ -120,7 +122,7 @@ def named_paths(specs: list[str], parser) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", default=[], metavar="NAME=FOLDER",
-                        help="a name for the table and a model folder; give two or more")
+                        help="a name for the table and a model folder; give one or more")
     parser.add_argument("--probe-logs", nargs="+", metavar="NAME=LOG",
                         help="instead, print the probe the runs' train_log.jsonl recorded")
     parser.add_argument("--per-kind", type=int, default=50, help="eval conversations per kind and split")
@@ -134,8 +136,8 @@ def main() -> None:
         print_probe(probe_rows({name: Path(path) for name, path in logs.items()}), list(logs))
         return
     models = named_paths(args.model, parser)
-    if len(models) < 2:
-        parser.error("give two --model NAME=FOLDER or more (or --probe-logs)")
+    if not models:
+        parser.error("give one --model NAME=FOLDER or more (or --probe-logs)")
     results = {name: measure(Path(folder), args.per_kind) for name, folder in models.items()}
     print_tables(results)
     command = "python data/experiments/word_base/compare.py " + " ".join(sys.argv[1:])
