@@ -12,6 +12,9 @@ the values from large pools and invented ones (``llmkit.course.values``). The ki
 - multi:      two requests in one message: two calls one after the other, then one answer
 - errands:    one list of 3-4 generated tools, then 2-3 requests in turn, each for a different tool:
               the same context asks for different names, so only reading the list gets them right
+- which:      3-5 things asked at once: name the tool for each, call none (not in the default mix)
+- not_offered: a weather, letters, arithmetic or search request with its tool left out: say so
+              (not in the default mix; a recipe's ``mix`` may add it)
 
 Splits and the conversation type: ``llmkit.course.skill_conversation``. Every reply ends its turn.
 """
