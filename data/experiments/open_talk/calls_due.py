@@ -16,7 +16,7 @@ model did:
 * no call was due: ``held_back`` (no call) or ``called``.
 
 So a falling valid-call rate shows up as either calls written wrong or restraint overshooting.
-Writes calls_due.json beside this script (``--out`` elsewhere).
+Writes calls_due.json beside this script (``--out`` elsewhere), with each model's seconds.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import argparse
 import json
 import re
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -83,14 +84,16 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     models = dict(spec.split("=", 1) for spec in args.model)
-    results = {}
+    results, seconds = {}, {}
     for name, folder in models.items():
-        client = Client(folder)
+        started, client = time.perf_counter(), Client(folder)
         results[name] = {split: tally(client, split, args.per_kind, args.kinds) for split in args.splits}
+        seconds[name] = round(time.perf_counter() - started, 1)
     for split in args.splits:
         print_table(results, split, args.kinds)
     command = "python data/experiments/open_talk/calls_due.py " + " ".join(sys.argv[1:])
-    report = {"command": command, "per_kind": args.per_kind, "kinds": args.kinds, "models": results}
+    report = {"command": command, "per_kind": args.per_kind, "kinds": args.kinds, "models": results,
+              "seconds": seconds}
     atomic_write(args.out, json.dumps(report, indent=1) + "\n")
 
 
