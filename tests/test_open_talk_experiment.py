@@ -139,3 +139,27 @@ def test_the_committed_calls_due_count_the_conversations_compare_scored():
                     assert outcomes["valid"] <= round(valid)
                 else:
                     assert outcomes["valid"] == round(valid), (name, kind)
+
+
+def test_calls_due_finds_the_form_a_request_was_written_from():
+    from llmkit.course.phrasing import grammar
+    from llmkit.course.skills import make_skills
+
+    form_of = load_experiment("open_talk", "calls_due.py").form_of
+    split = "unseen_phrasings_and_tools"
+    forms = set(grammar("letters", split).forms)
+    found = [form_of(spec.prompt[-1]["content"], "letters", split)
+             for spec in make_skills(40, split=split, seed=3, kinds=["letters"])]
+    assert set(found) - {"?"} <= forms and len(set(found)) >= 4
+    assert found.count("?") <= 8  # a typo or shouted casing can hide a form, not most of them
+    assert form_of("How many e's are in excellence?", "letters", split) == "?"  # a training form
+    assert form_of("How many e's are in excellence?", "letters", "seen") == "How many {letter}'s are in {word}?"
+
+
+def test_the_committed_forms_add_up_to_the_committed_outcomes():
+    report = json.loads((FOLDER / "calls_by_form.json").read_text())
+    for name, splits in report["models"].items():
+        for split, kinds in splits.items():
+            for kind, outcomes in kinds.items():
+                per_form = report["by_form"][name][split][kind].values()
+                assert {o: sum(f.get(o, 0) for f in per_form) for o in outcomes} == outcomes
