@@ -163,3 +163,38 @@ def test_the_committed_forms_add_up_to_the_committed_outcomes():
             for kind, outcomes in kinds.items():
                 per_form = report["by_form"][name][split][kind].values()
                 assert {o: sum(f.get(o, 0) for f in per_form) for o in outcomes} == outcomes
+
+
+def test_the_committed_chat_stages_are_recipe_chats():
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    recipe = load_recipe(FOLDER / "recipe_chat.json")
+    chains = dict(zip((s["name"] for s in recipe["stages"]), chain_hashes(recipe["stages"])))
+    for stage in ("sft_polish", "dpo"):
+        assert json.loads((FOLDER / "chat" / stage / "done.json").read_text())["chain"] == chains[stage]
+    evals = json.loads((FOLDER / "chat" / "evals" / "evals.json").read_text())
+    shipped = json.loads((EXPERIMENTS.parent / "models" / "chat" / "evals.json").read_text())
+    for split in ("seen", "unseen_values", "unseen_phrasings_and_tools"):  # the same conversations, so n agrees
+        assert evals[split]["n_right_tool"] == shipped[split]["n_right_tool"]
+        assert evals[split]["n_memory"] == shipped[split]["n_memory"]
+
+
+def test_chain_copy_scores_each_model_on_the_same_conversations():
+    report = json.loads((FOLDER / "chat" / "chain_copy.json").read_text())
+    assert "chain_copy.py" in report["command"] and len(report["models"]) == 5
+    for split in ("seen", "unseen_values", "unseen_phrasings_and_tools"):
+        assert len({m[split]["n"] for m in report["models"].values()}) == 1
+        for figures in report["models"].values():
+            assert 0.0 <= figures[split]["right"] <= figures[split]["first_token"] <= 1.0
+    # the shipped chat model's row is what the chat README's own argument_copy command printed
+    assert round(report["models"]["shipped_chat"]["unseen_phrasings_and_tools"]["right"], 2) == 0.55
+    assert round(report["models"]["shipped_chat"]["seen"]["first_token"], 2) == 0.94
+
+
+def test_the_chat_model_runs_add_up():
+    due = json.loads((FOLDER / "chat" / "calls_due.json").read_text())
+    for splits in due["models"].values():
+        for kinds in splits.values():
+            assert all(sum(outcomes.values()) == due["per_kind"] for outcomes in kinds.values())
+    trial = json.loads((FOLDER / "chat" / "learner_trial.json").read_text())
+    assert trial["right_calls"] == sum(case["right_calls"] for case in trial["cases"]) and trial["n"] == 11
