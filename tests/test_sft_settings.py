@@ -1,4 +1,4 @@
-"""The SFT stage settings that shape the training conversations change those and nothing else."""
+"""The stage settings that shape the training conversations (and pairs) change those and nothing else."""
 import pytest
 
 SETTINGS = [{"open_framing": True}, {"open_enums": True}, {"open_talk": True}, {"mix": {"chitchat": 1, "tool": 1}}]
@@ -19,8 +19,11 @@ def test_a_setting_changes_the_training_conversations_only(setting):
     assert seen(plain(30, "train", 3)) != seen(shaped(30, "train", 3))
 
 
-@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: next(iter(s)))
-def test_a_preference_stage_refuses_it(setting):
+SFT_ONLY = [{"mix": {"chitchat": 1, "tool": 1}}, {"lookup_weight": 2.0}, {"wider_phrasings": True}]
+
+
+@pytest.mark.parametrize("setting", SFT_ONLY, ids=lambda s: next(iter(s)))
+def test_a_preference_stage_refuses_what_only_shapes_sft(setting):
     from llmkit.course.recipe_training import finetune_stage
 
     class Config:
@@ -28,3 +31,17 @@ def test_a_preference_stage_refuses_it(setting):
 
     with pytest.raises(ValueError, match=next(iter(setting))):
         finetune_stage("dpo", Config(), resume=False, stop_after=None, progress=False, **setting)
+
+
+@pytest.mark.parametrize("setting", SETTINGS[:3], ids=lambda s: next(iter(s)))
+def test_an_open_setting_changes_the_training_pairs_only(setting):
+    from llmkit.course.recipe_training import pair_source
+    from llmkit.tokens.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load("data/models/base/tokenizer.json")
+    plain, shaped = pair_source(tokenizer, 1024), pair_source(tokenizer, 1024, **setting)
+
+    def seen(pairs) -> list:
+        return [(p.prompt, p.tools, p.chosen, p.rejected) for p in pairs]
+    assert seen(plain(8, "heldout", 3)) == seen(shaped(8, "heldout", 3))
+    assert seen(plain(24, "train", 3)) != seen(shaped(24, "train", 3))

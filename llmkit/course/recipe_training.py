@@ -85,14 +85,23 @@ def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: floa
     return source
 
 
-def pair_source(tokenizer, context: int):
-    """``(n, split, seed) -> skill preference pairs`` whose longer answer fits ``context`` (for DPO)."""
+def pair_source(tokenizer, context: int, open_framing: bool = False, open_enums: bool = False,
+                open_talk: bool = False):
+    """``(n, split, seed) -> skill preference pairs`` whose longer answer fits ``context`` (for DPO).
+
+    The open data settings shape the training pairs as ``conversation_source``'s shape the SFT
+    conversations; the held-out pairs never change."""
     def length(pair) -> int:
         ids = pair.render(tokenizer)
         return len(ids["prompt"]) + max(len(ids["chosen"]), len(ids["rejected"]))
 
     def source(n: int, split: str, seed: int) -> list:
-        return fitting(lambda k, s: make_skill_preferences(k, split=_split(split), seed=s), n, length, context, seed)
+        train = split == "train"
+        return fitting(lambda k, s: make_skill_preferences(k, split=_split(split), seed=s,
+                                                           open_framing=open_framing and train,
+                                                           open_enums=open_enums and train,
+                                                           open_talk=open_talk and train),
+                       n, length, context, seed)
     return source
 
 
@@ -132,19 +141,19 @@ def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, re
 
     ``probe``: settings for ``skill_probe`` (``{}`` for its defaults), or None for no probe;
     ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``, ``open_enums``, ``open_talk``: see
-    ``conversation_source`` (SFT only)."""
+    ``conversation_source`` (SFT only, but for the three open settings, which ``pair_source`` takes too)."""
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.finetune import finetune
 
-    shaping = lookup_weight != 1 or wider_phrasings or open_framing or open_enums or open_talk or mix is not None
+    shaping = lookup_weight != 1 or wider_phrasings or mix is not None
     if stage != "sft" and shaping:
-        raise ValueError(f"lookup_weight, wider_phrasings, open_framing, open_enums, open_talk and mix shape SFT "
-                         f"conversations; a {stage} stage cannot take them")
+        raise ValueError(f"lookup_weight, wider_phrasings and mix shape SFT conversations; a {stage} stage "
+                         f"cannot take them (it takes open_framing, open_enums and open_talk)")
     tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
     context = _context_of(cfg.base_model)
     source = (conversation_source(tokenizer, context, kinds, lookup_weight, wider_phrasings, open_framing, mix,
                                   open_enums, open_talk)
-              if stage == "sft" else pair_source(tokenizer, context))
+              if stage == "sft" else pair_source(tokenizer, context, open_framing, open_enums, open_talk))
     finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress,
              probe=None if probe is None else skill_probe(tokenizer, probe))
     return stop_after is None or stop_after >= cfg.max_steps

@@ -52,13 +52,20 @@ def _miscopy(rng: random.Random, value):
     return value + "a"
 
 
-def make_skill_preferences(n: int, *, split: str = "train", seed: int = 0) -> list[Preference]:
-    """``n`` DPO pairs of ``split`` (kinds with a clear mistake to prefer against)."""
+def make_skill_preferences(n: int, *, split: str = "train", seed: int = 0, open_framing: bool = False,
+                           open_enums: bool = False, open_talk: bool = False) -> list[Preference]:
+    """``n`` DPO pairs of ``split`` (kinds with a clear mistake to prefer against).
+
+    ``open_framing``, ``open_enums``, ``open_talk``: the conversations take the open data settings
+    of ``make_skill``, so a preference stage can read the same data as the SFT stages before it
+    (pairs from the closed data pull a model trained on the open data back towards it)."""
     rng = random.Random(f"llmkit-skill-preferences|{split}|{seed}")
     pairs, i = [], 0
     while len(pairs) < n:
         kind = rng.choice(["tool", "tool", "weather", "letters", "arithmetic", "missing", "memory", "multi"])
-        pair = skill_preference(make_skill(kind, split, f"pref|{seed}|{i}"), rng)
+        conversation = make_skill(kind, split, f"pref|{seed}|{i}", open_framing=open_framing,
+                                  open_enums=open_enums, open_talk=open_talk)
+        pair = skill_preference(conversation, rng)
         i += 1
         if pair is not None:
             pairs.append(pair)
