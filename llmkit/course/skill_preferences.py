@@ -57,8 +57,8 @@ def make_skill_preferences(n: int, *, split: str = "train", seed: int = 0, open_
     """``n`` DPO pairs of ``split`` (kinds with a clear mistake to prefer against).
 
     ``open_framing``, ``open_enums``, ``open_talk``: the conversations take the open data settings
-    of ``make_skill``, so a preference stage can read the same data as the SFT stages before it
-    (pairs from the closed data pull a model trained on the open data back towards it)."""
+    of ``make_skill``, so a preference stage can read the same kind of data as the SFT stages
+    before it."""
     rng = random.Random(f"llmkit-skill-preferences|{split}|{seed}")
     pairs, i = [], 0
     while len(pairs) < n:
