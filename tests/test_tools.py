@@ -607,3 +607,12 @@ def test_fresh_process_same_weather_and_chat_tools_import_no_higher_floor():
     assert set(modules) <= {"llmkit", "llmkit.paths", "llmkit.checks", "llmkit.chat", "llmkit.chat.tools",
                             "llmkit.chat.deadline", "llmkit.course", "llmkit.course.tools",
                             "llmkit.course.calculator"}
+
+
+def test_a_tool_may_have_a_parameter_named_self():
+    from llmkit.chat.tools import Tool, run_tool_call
+
+    echo = Tool(lambda **kwargs: kwargs["self"] + 1, name="bump", description="Add one.",
+                input_schema={"type": "object", "properties": {"self": {"type": "integer"}}, "required": ["self"]})
+    assert echo(self=848) == 849
+    assert run_tool_call([echo], "bump", {"self": 848}, tool_use_id="toolu_0")["content"] == "849"

@@ -86,7 +86,8 @@ class Tool:
         self.server = check_bool("server", server)
         self.isolated = check_bool("isolated", isolated)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
+        # positional-only self: a tool may have a parameter named "self" (generated tools can)
         return self.function(*args, **kwargs)
 
     def definition(self) -> dict:
