@@ -1,7 +1,8 @@
 """The stage settings that shape the training conversations (and pairs) change those and nothing else."""
 import pytest
 
-SETTINGS = [{"open_framing": True}, {"open_enums": True}, {"open_talk": True}, {"mix": {"chitchat": 1, "tool": 1}}]
+OPEN_SETTINGS = [{"open_framing": True}, {"open_enums": True}, {"open_talk": True}]  # SFT and DPO take these
+SETTINGS = OPEN_SETTINGS + [{"mix": {"chitchat": 1, "tool": 1}}]
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: next(iter(s)))
@@ -33,7 +34,7 @@ def test_a_preference_stage_refuses_what_only_shapes_sft(setting):
         finetune_stage("dpo", Config(), resume=False, stop_after=None, progress=False, **setting)
 
 
-@pytest.mark.parametrize("setting", SETTINGS[:3], ids=lambda s: next(iter(s)))
+@pytest.mark.parametrize("setting", OPEN_SETTINGS, ids=lambda s: next(iter(s)))
 def test_an_open_setting_changes_the_training_pairs_only(setting):
     from llmkit.course.recipe_training import pair_source
     from llmkit.tokens.tokenizer import Tokenizer
