@@ -115,6 +115,57 @@ def test_dpo_loss_and_reward_accuracy_on_a_toy_case():
     assert accuracy.item() == 0.5
 
 
+def test_dpo_positive_term_is_silent_while_the_chosen_answer_keeps_its_probability():
+    reference_chosen, reference_rejected = torch.tensor([-10.0, -10.0]), torch.tensor([-10.0, -10.0])
+    policy_chosen, policy_rejected = torch.tensor([-9.0, -10.0]), torch.tensor([-12.0, -13.0])  # chosen >= reference
+    plain = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta=0.1)
+    positive = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta=0.1,
+                        positive_weight=50.0)
+    assert positive[0].item() == pytest.approx(plain[0].item()) and positive[1].item() == plain[1].item()
+
+
+def test_dpo_positive_term_makes_losing_the_chosen_answer_cost():
+    # both answers fall, the rejected one further: plain DPO calls that progress (the margin grows)
+    reference_chosen, reference_rejected = torch.tensor([-10.0]), torch.tensor([-10.0])
+    policy_chosen = torch.tensor([-12.0], requires_grad=True)
+    policy_rejected = torch.tensor([-16.0])
+    grads = {}
+    for weight in (0.0, 5.0):
+        loss, accuracy = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta=0.5,
+                                  positive_weight=weight)
+        grads[weight], = torch.autograd.grad(loss, policy_chosen)
+        assert accuracy.item() == 1.0  # the rewards still order the pair: accuracy ignores the penalty
+        if weight:
+            expected_margin = 0.5 * (-2 - -6) - 0.5 * 5.0 * 2  # 2 nats below the reference, times beta * lambda
+            assert loss.item() == pytest.approx(-torch.nn.functional.logsigmoid(torch.tensor(expected_margin)).item())
+    # raising the chosen answer lowers the loss in both, but far more steeply with the penalty
+    assert grads[0.0].item() < 0 and grads[5.0].item() < 5 * grads[0.0].item()
+
+
+def test_dpo_heldout_scores_report_each_answers_reward(tokenizer):
+    from llmkit.training.dpo import DPOObjective
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.llama(vocab_size=tokenizer.vocab_size, context_length=256, d_model=16,
+                                          n_layers=1, n_heads=2))
+    objective = DPOObjective(model, tokenizer, FinetuneConfig.from_dict({"beta": 0.1}), torch.device("cpu"))
+    pairs = make_preferences(5, seed=4)
+    same = objective.heldout_scores(model, pairs)  # the policy is the reference: every reward is 0
+    assert same["chosen_reward"] == pytest.approx(0.0, abs=1e-5) and same["rejected_reward"] == pytest.approx(0.0, abs=1e-5)
+    policy = Transformer(model.config)
+    policy.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.mul_(1.5)
+    moved = objective.heldout_scores(policy, pairs)
+    batch = preference_batch(pairs, tokenizer, 256)
+    with torch.no_grad():
+        mine = answer_logprobs(policy(batch.inputs), batch.targets, batch.mask)
+        theirs = answer_logprobs(model(batch.inputs), batch.targets, batch.mask)
+    assert moved["chosen_reward"] == pytest.approx(0.1 * (mine[:5] - theirs[:5]).mean().item(), rel=1e-4)
+    assert moved["rejected_reward"] == pytest.approx(0.1 * (mine[5:] - theirs[5:]).mean().item(), rel=1e-4)
+
+
 def test_answer_logprobs_sums_the_masked_positions():
     torch.manual_seed(0)
     logits, targets = torch.randn(2, 4, 7), torch.randint(0, 7, (2, 4))
@@ -153,6 +204,8 @@ def test_tiny_sft_then_dpo_runs(tiny_base, tmp_path):
     records = [r for r in read_log(tmp_path / "dpo" / "train_log.jsonl") if r["kind"] == "eval"]
     assert records[0]["heldout_loss"] == pytest.approx(math.log(2), abs=1e-4)  # policy = reference at step 0
     assert 0.0 <= records[-1]["heldout_reward_accuracy"] <= 1.0
+    assert records[0]["heldout_chosen_reward"] == pytest.approx(0.0, abs=1e-4)  # policy = reference
+    assert records[0]["train_chosen_reward"] is None and math.isfinite(records[-1]["train_chosen_reward"])
     assert math.isfinite(records[-1]["heldout_loss"])
     assert json.loads((tmp_path / "dpo" / "dpo_config.json").read_text())["beta"] == 0.5
 

@@ -199,6 +199,7 @@ class FinetuneConfig(RunConfig):
     dropout: float = 0.0  # synthetic data never repeats, so the base model's dropout only slows learning
     beta: float = 0.1  # DPO: how strongly rewards are measured against the reference
     sft_weight: float = 0.0  # DPO: weight of the chosen answers' own next-token loss (see DPOObjective)
+    positive_weight: float = 0.0  # DPO-Positive: cost of the chosen answer falling below the reference (dpo_loss)
     length_groups: int = 1  # SFT: pad each batch in this many groups of similar length (same loss, less padding)
     out_dir: str = "runs/sft"
     batch_size: int = 16
@@ -225,6 +226,7 @@ class FinetuneConfig(RunConfig):
             found.append(f"dropout must be below 1, got {self.dropout}")
         check(check_number, "beta", self.beta, above=0.0)
         check(check_number, "sft_weight", self.sft_weight, minimum=0.0)
+        check(check_number, "positive_weight", self.positive_weight, minimum=0.0)
         check(check_int, "length_groups", self.length_groups, minimum=1)
         if isinstance(self.length_groups, int) and isinstance(self.batch_size, int) and self.length_groups > self.batch_size:
             found.append(f"length_groups ({self.length_groups}) cannot exceed batch_size ({self.batch_size})")

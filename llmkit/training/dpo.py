@@ -41,17 +41,25 @@ def answer_logprobs(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Ten
 
 
 def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, reference_chosen: torch.Tensor,
-             reference_rejected: torch.Tensor, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+             reference_rejected: torch.Tensor, beta: float,
+             positive_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """The DPO loss (mean over pairs) and the implicit reward accuracy.
 
     Each argument holds one log-probability per pair. The implicit reward of an answer is
     ``beta * (log p_policy - log p_reference)``; accuracy is the fraction of pairs whose chosen
     answer gets the strictly higher reward.
+
+    ``positive_weight`` is DPO-Positive's lambda (Pal et al. 2024): when chosen and rejected differ
+    in a token or two, the margin can grow while *both* answers lose probability, the chosen one a
+    little less, so the model ends up less likely to write the right answer than before. The term
+    ``beta * lambda * max(0, log p_reference(chosen) - log p_policy(chosen))``, taken off the margin,
+    makes every nat the chosen answer loses below the reference cost; above it, nothing changes.
     """
     chosen_reward = beta * (policy_chosen - reference_chosen)
     rejected_reward = beta * (policy_rejected - reference_rejected)
     margin = chosen_reward - rejected_reward
-    return -F.logsigmoid(margin).mean(), (margin > 0).float().mean()
+    penalty = beta * positive_weight * torch.clamp(reference_chosen - policy_chosen, min=0.0)
+    return -F.logsigmoid(margin - penalty).mean(), (margin > 0).float().mean()
 
 
 def preference_batch(pairs: Sequence[PreferencePair], tokenizer, context_length: int) -> Batch:
@@ -83,6 +91,8 @@ class DPOObjective:
         self.pairs = pairs
         self.reference_logprobs: torch.Tensor | None = None
         self.accuracies: list[float] = []
+        self.chosen_rewards: list[float] = []  # per step, mean beta * (log p_policy - log p_reference)
+        self.rejected_rewards: list[float] = []
         for p in self.reference.parameters():
             p.requires_grad_(False)
 
@@ -103,8 +113,12 @@ class DPOObjective:
         policy = answer_logprobs(logits, targets, mask)
         n = policy.shape[0] // 2
         reference = self.reference_logprobs
-        loss, accuracy = dpo_loss(policy[:n], policy[n:], reference[:n], reference[n:], self.cfg.beta)
+        loss, accuracy = dpo_loss(policy[:n], policy[n:], reference[:n], reference[n:], self.cfg.beta,
+                                  self.cfg.positive_weight)
         self.accuracies.append(accuracy.item())
+        with torch.no_grad():
+            self.chosen_rewards.append(self.cfg.beta * (policy[:n] - reference[:n]).mean().item())
+            self.rejected_rewards.append(self.cfg.beta * (policy[n:] - reference[n:]).mean().item())
         if self.cfg.sft_weight:
             chosen_tokens = mask[:n].sum()
             loss = loss + self.cfg.sft_weight * -policy[:n].sum() / chosen_tokens.clamp(min=1)
@@ -112,18 +126,23 @@ class DPOObjective:
 
     @torch.no_grad()
     def heldout_scores(self, policy: Transformer, pairs: Sequence[PreferencePair]) -> dict[str, float]:
-        """Mean DPO loss and implicit reward accuracy of ``policy`` on held-out pairs."""
+        """Mean DPO loss, implicit reward accuracy and mean chosen and rejected rewards of ``policy``
+        on held-out pairs. A chosen reward below 0 means the right answer became *less* likely than
+        under the reference, however well the pairs are ordered."""
         was_training = policy.training
         policy.eval()
-        losses, accuracies = [], []
+        totals = {"loss": 0.0, "reward_accuracy": 0.0, "chosen_reward": 0.0, "rejected_reward": 0.0}
         for start in range(0, len(pairs), 16):
             batch = preference_batch(pairs[start:start + 16], self.tokenizer, policy.config.context_length)
             reference = self.score_reference(batch)
             batch = batch.to(self.device)
             mine = answer_logprobs(policy(batch.inputs), batch.targets, batch.mask)
             n = mine.shape[0] // 2
-            loss, accuracy = dpo_loss(mine[:n], mine[n:], reference[:n], reference[n:], self.cfg.beta)
-            losses.append(loss.item() * n)
-            accuracies.append(accuracy.item() * n)
+            loss, accuracy = dpo_loss(mine[:n], mine[n:], reference[:n], reference[n:], self.cfg.beta,
+                                      self.cfg.positive_weight)
+            totals["loss"] += loss.item() * n
+            totals["reward_accuracy"] += accuracy.item() * n
+            totals["chosen_reward"] += self.cfg.beta * (mine[:n] - reference[:n]).sum().item()
+            totals["rejected_reward"] += self.cfg.beta * (mine[n:] - reference[n:]).sum().item()
         policy.train(was_training)
-        return {"loss": sum(losses) / len(pairs), "reward_accuracy": sum(accuracies) / len(pairs)}
+        return {name: total / len(pairs) for name, total in totals.items()}

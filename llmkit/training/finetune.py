@@ -60,6 +60,12 @@ def finetune(stage: str, cfg: FinetuneConfig, examples: ExampleSource | PairSour
                      progress=progress)
 
 
+def _recent_mean(values: list[float], count: int) -> float | None:
+    """The mean of the last ``count`` steps' values, rounded for the log (None before the first step)."""
+    recent = values[-count:]
+    return round(sum(recent) / len(recent), 4) if recent else None
+
+
 def _probed(model: Transformer, probe: Probe | None) -> dict:
     return {} if probe is None else {"probe": probe(model)}
 
@@ -90,11 +96,12 @@ def _dpo_stage(model: Transformer, tokenizer, cfg: FinetuneConfig, pairs: PairSo
 
     def report(step: int) -> dict[str, str]:
         scores = objective.heldout_scores(model, heldout_pairs)
-        recent = objective.accuracies[-cfg.eval_every:]
-        train_accuracy = sum(recent) / len(recent) if recent else None
         log.write(kind="eval", step=step, heldout_loss=round(scores["loss"], 4),
                   heldout_reward_accuracy=round(scores["reward_accuracy"], 4),
-                  train_reward_accuracy=None if train_accuracy is None else round(train_accuracy, 4),
+                  heldout_chosen_reward=round(scores["chosen_reward"], 4),
+                  heldout_rejected_reward=round(scores["rejected_reward"], 4),
+                  train_reward_accuracy=_recent_mean(objective.accuracies, cfg.eval_every),
+                  train_chosen_reward=_recent_mean(objective.chosen_rewards, cfg.eval_every),
                   **_probed(model, probe))
         return {"reward_acc": f"{scores['reward_accuracy']:.2f}"}
 
