@@ -278,7 +278,9 @@ def test_every_committed_model_stage_was_made_with_the_configs_in_git():
 
     recipe = load_recipe(data_path("models", "recipe.json"))
     chains = dict(zip([s["name"] for s in recipe["stages"]], chain_hashes(recipe["stages"])))
-    records = sorted(data_path("models").glob("**/stages/*/done.json"))
+    # the shipped models only: one under data/models/staged/ is made by the recipe its README names
+    # (tests/test_dpo_positive_experiment.py checks the staged chat model against it)
+    records = sorted(data_path("models").glob("*/stages/*/done.json"))
     if not records:
         pytest.skip("no committed model carries its stages yet (the recipe's models are being remade)")
     for done in records:
