@@ -84,8 +84,8 @@ def test_the_no_dpo_evals_are_that_recipes_evals_stage():
 
 def test_the_staged_chat_model_is_this_recipes_and_says_where_it_came_from():
     """Its stage files carry this recipe's chain hashes (so once the main recipe's dpo.json takes
-    positive_weight, they are the main recipe's), its evals are the ones committed here, and no
-    file names a machine's folder."""
+    positive_weight, they are the main recipe's), its evals are the ones committed here, and its
+    run configs and logs name the recipe's run folder, not a machine's."""
     from llmkit.course.recipe_stages import chain_hashes
 
     _, positive, _ = _recipes()
@@ -95,10 +95,12 @@ def test_the_staged_chat_model_is_this_recipes_and_says_where_it_came_from():
         assert json.loads((staged / "stages" / stage / "done.json").read_text())["chain"] == chains[stage]
     assert (json.loads((staged / "stages" / "evals" / "evals.json").read_text())
             == json.loads((FOLDER / "evals" / "evals.json").read_text()))
-    for path in (staged / "stages").rglob("*"):
-        if path.is_file():
-            text = path.read_text(encoding="utf-8")
-            assert "/root/" not in text and "/home/" not in text and "/work/" not in text, path
+    for stage, config in (("sft_polish", "sft_config.json"), ("dpo", "dpo_config.json")):
+        settings = json.loads((staged / "stages" / stage / config).read_text())
+        assert settings["out_dir"] == f"{positive['out_dir']}/{stage}"  # the recipe's folder, not a machine's
+        assert settings["base_model"].startswith(f"{positive['out_dir']}/")
+        log = (staged / "stages" / stage / "stage.log").read_text(encoding="utf-8")
+        assert f" from {positive['out_dir']}/" in log
 
 
 def test_evals_table_prints_each_reports_score_and_the_standard_error_of_the_difference():
