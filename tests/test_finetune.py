@@ -206,6 +206,7 @@ def test_tiny_sft_then_dpo_runs(tiny_base, tmp_path):
     assert 0.0 <= records[-1]["heldout_reward_accuracy"] <= 1.0
     assert records[0]["heldout_chosen_reward"] == pytest.approx(0.0, abs=1e-4)  # policy = reference
     assert records[0]["train_chosen_reward"] is None and math.isfinite(records[-1]["train_chosen_reward"])
+    assert math.isfinite(records[-1]["train_rejected_reward"])
     assert math.isfinite(records[-1]["heldout_loss"])
     assert json.loads((tmp_path / "dpo" / "dpo_config.json").read_text())["beta"] == 0.5
 

@@ -102,6 +102,7 @@ def _dpo_stage(model: Transformer, tokenizer, cfg: FinetuneConfig, pairs: PairSo
                   heldout_rejected_reward=round(scores["rejected_reward"], 4),
                   train_reward_accuracy=_recent_mean(objective.accuracies, cfg.eval_every),
                   train_chosen_reward=_recent_mean(objective.chosen_rewards, cfg.eval_every),
+                  train_rejected_reward=_recent_mean(objective.rejected_rewards, cfg.eval_every),
                   **_probed(model, probe))
         return {"reward_acc": f"{scores['reward_accuracy']:.2f}"}
 
