@@ -42,21 +42,27 @@ def test_the_no_dpo_recipe_is_the_main_one_without_its_dpo_stage():
 
 
 def test_the_plain_dpo_rerun_is_the_shipped_chat_models_dpo_stage():
-    """Same chain hash, and the same held-out figures at every report: the logged rewards belong to
-    the DPO that made the shipped chat model."""
-    from llmkit.course.recipe_stages import chain_hashes
+    """recipe_plain_dpo.json is the recipe with the DPO config that made the shipped chat model
+    (`dpo_plain.json`, kept here so the experiments that used it keep their hashes when the main
+    recipe moves on): the same chain, and the same held-out figures at every report, so the logged
+    rewards belong to the DPO that made the shipped chat model."""
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
     from llmkit.training.checkpoint import read_log
 
     main, _, _ = _recipes()
-    dpo = [s["name"] for s in main["stages"]].index("dpo")
-    assert json.loads((FOLDER / "plain_dpo" / "done.json").read_text())["chain"] == chain_hashes(main["stages"])[dpo]
+    plain = load_recipe(FOLDER / "recipe_plain_dpo.json")
+    dpo = [s["name"] for s in plain["stages"]].index("dpo")
+    assert chain_hashes(plain["stages"])[:dpo] == chain_hashes(main["stages"])[:dpo]
+    assert json.loads((FOLDER / "plain_dpo" / "done.json").read_text())["chain"] == chain_hashes(plain["stages"])[dpo]
+    shipped_done = EXPERIMENTS.parent / "models" / "chat" / "stages" / "dpo" / "done.json"
+    assert json.loads(shipped_done.read_text())["chain"] == chain_hashes(plain["stages"])[dpo]
     rerun = [r for r in read_log(FOLDER / "plain_dpo" / "train_log.jsonl") if r["kind"] == "eval"]
-    shipped = [r for r in read_log(EXPERIMENTS.parent / "models" / "chat" / "stages" / "dpo" / "train_log.jsonl")
-               if r["kind"] == "eval"]
+    shipped = [r for r in read_log(shipped_done.with_name("train_log.jsonl")) if r["kind"] == "eval"]
     assert [r["step"] for r in rerun] == [r["step"] for r in shipped]
     for mine, theirs in zip(rerun, shipped):
         assert mine["heldout_loss"] == pytest.approx(theirs["heldout_loss"], abs=2e-3)
     assert rerun[0]["heldout_chosen_reward"] == pytest.approx(0.0, abs=1e-3)  # the policy starts as the reference
+    assert rerun[-1]["heldout_chosen_reward"] < 0 < rerun[-1]["heldout_reward_accuracy"]
 
 
 def test_the_committed_evals_score_the_shipped_models_conversations():
