@@ -1,5 +1,5 @@
-"""data/experiments/dpo_positive/: the main chat chain with DPO-Positive, with plain DPO re-run and
-logged, and without DPO; what each measured."""
+"""data/experiments/dpo_positive/: the chat chain with DPO-Positive (now the main recipe's), with
+plain DPO rerun and logged, and without DPO; what each measured."""
 import json
 
 import pytest
@@ -17,17 +17,15 @@ def _recipes():
     return load_recipe(MAIN), load_recipe(FOLDER / "recipe.json"), load_recipe(FOLDER / "recipe_no_dpo.json")
 
 
-def test_the_recipe_is_the_main_one_with_dpo_positive_and_nothing_else():
+def test_the_recipe_is_the_main_one_and_its_dpo_is_dpo_positive():
     from llmkit.course.recipe_stages import chain_hashes
 
     main, positive, _ = _recipes()
     names = [s["name"] for s in positive["stages"]]
     assert names == [s["name"] for s in main["stages"]]
-    dpo = names.index("dpo")
-    assert chain_hashes(positive["stages"])[:dpo] == chain_hashes(main["stages"])[:dpo]
-    settings, main_settings = positive["stages"][dpo]["settings"], main["stages"][dpo]["settings"]
-    assert {k: v for k, v in settings.items() if main_settings.get(k) != v} == {"positive_weight": 50.0}
-    assert json.loads((FOLDER / "dpo" / "done.json").read_text())["chain"] == chain_hashes(positive["stages"])[dpo]
+    assert chain_hashes(positive["stages"]) == chain_hashes(main["stages"])
+    assert positive["stages"][names.index("dpo")]["settings"]["positive_weight"] == 50.0
+    assert json.loads((FOLDER / "dpo" / "done.json").read_text())["chain"] == chain_hashes(main["stages"])[names.index("dpo")]
 
 
 def test_the_no_dpo_recipe_is_the_main_one_without_its_dpo_stage():
@@ -41,27 +39,25 @@ def test_the_no_dpo_recipe_is_the_main_one_without_its_dpo_stage():
     assert no_dpo["stages"][-1]["settings"] == main["stages"][-1]["settings"]  # the same evals
 
 
-def test_the_plain_dpo_rerun_is_the_shipped_chat_models_dpo_stage():
-    """recipe_plain_dpo.json is the recipe with the DPO config that made the shipped chat model
-    (`dpo_plain.json`, kept here so the experiments that used it keep their hashes when the main
-    recipe moves on): the same chain, and the same held-out figures at every report, so the logged
-    rewards belong to the DPO that made the shipped chat model."""
+def test_the_plain_dpo_rerun_is_the_main_recipes_dpo_before_positive_weight():
+    """recipe_plain_dpo.json is the main recipe with the DPO config that made the chat model shipped
+    before this one (`dpo_plain.json`): the same chain but for DPO-Positive's weight, and a log that
+    starts at the reference and ends with the chosen answers below it."""
     from llmkit.course.recipe_stages import chain_hashes, load_recipe
     from llmkit.training.checkpoint import read_log
 
     main, _, _ = _recipes()
     plain = load_recipe(FOLDER / "recipe_plain_dpo.json")
-    dpo = [s["name"] for s in plain["stages"]].index("dpo")
+    names = [s["name"] for s in plain["stages"]]
+    assert names == [s["name"] for s in main["stages"]]
+    dpo = names.index("dpo")
     assert chain_hashes(plain["stages"])[:dpo] == chain_hashes(main["stages"])[:dpo]
+    assert {k: v for k, v in main["stages"][dpo]["settings"].items()
+            if plain["stages"][dpo]["settings"].get(k) != v} == {"positive_weight": 50.0}
     assert json.loads((FOLDER / "plain_dpo" / "done.json").read_text())["chain"] == chain_hashes(plain["stages"])[dpo]
-    shipped_done = EXPERIMENTS.parent / "models" / "chat" / "stages" / "dpo" / "done.json"
-    assert json.loads(shipped_done.read_text())["chain"] == chain_hashes(plain["stages"])[dpo]
     rerun = [r for r in read_log(FOLDER / "plain_dpo" / "train_log.jsonl") if r["kind"] == "eval"]
-    shipped = [r for r in read_log(shipped_done.with_name("train_log.jsonl")) if r["kind"] == "eval"]
-    assert [r["step"] for r in rerun] == [r["step"] for r in shipped]
-    for mine, theirs in zip(rerun, shipped):
-        assert mine["heldout_loss"] == pytest.approx(theirs["heldout_loss"], abs=2e-3)
-    assert rerun[0]["heldout_chosen_reward"] == pytest.approx(0.0, abs=1e-3)  # the policy starts as the reference
+    assert rerun[0]["heldout_loss"] == pytest.approx(0.6931, abs=1e-3)  # ln 2: the policy starts as the reference
+    assert rerun[0]["heldout_chosen_reward"] == pytest.approx(0.0, abs=1e-3)
     assert rerun[-1]["heldout_chosen_reward"] < 0 < rerun[-1]["heldout_reward_accuracy"]
 
 
@@ -88,25 +84,17 @@ def test_the_no_dpo_evals_are_that_recipes_evals_stage():
     assert json.loads((FOLDER / "no_dpo" / "done.json").read_text())["chain"] == chain_hashes(no_dpo["stages"])[-1]
 
 
-def test_the_staged_chat_model_is_this_recipes_and_says_where_it_came_from():
-    """Its stage files carry this recipe's chain hashes (so once the main recipe's dpo.json takes
-    positive_weight, they are the main recipe's), its evals are the ones committed here, and its
-    run configs and logs name the recipe's run folder, not a machine's."""
+def test_the_shipped_chat_model_is_this_recipes():
+    """The DPO-Positive chat model is the one shipped: its stages carry the recipe's chain hashes and
+    its evals are the ones committed here."""
     from llmkit.course.recipe_stages import chain_hashes
 
     _, positive, _ = _recipes()
-    staged = EXPERIMENTS.parent / "models" / "staged" / "chat"
+    shipped = EXPERIMENTS.parent / "models" / "chat"
     chains = dict(zip([s["name"] for s in positive["stages"]], chain_hashes(positive["stages"])))
     for stage in ("sft_polish", "dpo", "evals"):
-        assert json.loads((staged / "stages" / stage / "done.json").read_text())["chain"] == chains[stage]
-    assert (json.loads((staged / "stages" / "evals" / "evals.json").read_text())
-            == json.loads((FOLDER / "evals" / "evals.json").read_text()))
-    for stage, config in (("sft_polish", "sft_config.json"), ("dpo", "dpo_config.json")):
-        settings = json.loads((staged / "stages" / stage / config).read_text())
-        assert settings["out_dir"] == f"{positive['out_dir']}/{stage}"  # the recipe's folder, not a machine's
-        assert settings["base_model"].startswith(f"{positive['out_dir']}/")
-        log = (staged / "stages" / stage / "stage.log").read_text(encoding="utf-8")
-        assert f" from {positive['out_dir']}/" in log
+        assert json.loads((shipped / "stages" / stage / "done.json").read_text())["chain"] == chains[stage]
+    assert json.loads((shipped / "evals.json").read_text()) == json.loads((FOLDER / "evals" / "evals.json").read_text())
 
 
 def test_evals_table_prints_each_reports_score_and_the_standard_error_of_the_difference():

@@ -22,6 +22,7 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,_]*(?:\.\d+)?")
 LINK_TARGET = re.compile(r"\]\([^)]*\)")
 
 CONTEXT = {
+    ("07_post_training", "2024"): "the year of the DPO-Positive paper (Pal et al. 2024) the prose cites",
     ("00_start_here", "10"): "the map's notebook numbers",
     ("00_start_here", "11"): "the map's notebook numbers",
     ("00_start_here", "12"): "the map's notebook numbers",
