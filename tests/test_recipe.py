@@ -1,6 +1,7 @@
 """The recipe end to end on a tiny config (seconds): every stage runs, an interruption resumes,
 finished stages are skipped, and a changed config reruns its stage and the ones after it."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -368,6 +369,28 @@ def test_a_shipped_models_record_names_no_machines_folders(built, tmp_path):
     assert not any(str(folder) in f.read_text(encoding="utf-8") for f in files)
     config = json.loads((shipped["base"] / "stages" / "pretrain" / "train_config.json").read_text())
     assert config["out_dir"] == "runs/recipe/pretrain" and config["tokenizer"] == "runs/recipe/tokenizer/tokenizer.json"
+
+
+def test_a_stage_reused_from_another_run_folder_ships_without_that_folders_name(built, tmp_path):
+    """Branching a run (copy it, rerun the later stages) leaves the copied stages' configs and logs
+    naming the first run's folder; shipping rewrites that folder to the recipe's out_dir too."""
+    from llmkit.course.recipe import ship_models
+
+    folder, path, *_ = built
+    branch, elsewhere = tmp_path / "branch", tmp_path / "first_run"
+    shutil.copytree(folder / "runs", branch)
+    for file in (branch / "sft").iterdir():  # as if sft had run in another folder, then been copied here
+        if file.suffix in (".json", ".log", ".jsonl"):
+            file.write_text(file.read_text().replace(str(folder / "runs"), str(elsewhere)))
+    assert str(elsewhere) in (branch / "sft" / "sft_config.json").read_text()
+    portable = path.with_name("portable_branch.json")
+    portable.write_text(json.dumps({**json.loads(path.read_text()), "out_dir": "runs/recipe"}))
+    shipped = ship_models(portable, out_dir=str(branch), models_dir=tmp_path / "models", names=["chat"])
+    files = [f for f in (shipped["chat"] / "stages").rglob("*") if f.is_file()]
+    assert not any(str(elsewhere) in f.read_text(encoding="utf-8") or str(branch) in f.read_text(encoding="utf-8")
+                   for f in files)
+    config = json.loads((shipped["chat"] / "stages" / "sft" / "sft_config.json").read_text())
+    assert config["out_dir"] == "runs/recipe/sft"
 
 
 def test_the_copy_words_recipe_is_the_main_recipe_with_two_stages_after_pretrain():

@@ -362,13 +362,30 @@ def copy_stage_files(source: Path, target: Path, *, run: RunFolder | None = None
 
     When shipping (``run`` given), paths inside the run folder are rewritten to the recipe's
     ``out_dir`` (``RunFolder.portable``), so the record in git names no machine's folders."""
+    runs = [] if run is None else [run, *_other_run_folders(source, run)]
     for file in STAGE_FILES:
         if not (source / file).is_file():
             continue
         if run is None:
             atomic_copy(source / file, target / file)
         else:
-            write_text(target / file, run.portable((source / file).read_text(encoding="utf-8")))
+            text = (source / file).read_text(encoding="utf-8")
+            for folder in runs:
+                text = folder.portable(text)
+            write_text(target / file, text)
+
+
+def _other_run_folders(source: Path, run: RunFolder) -> list[RunFolder]:
+    """The run folder a stage's own config says it ran in, when that is another absolute folder: a
+    stage made in one run and reused in a copy of it (``cp -al RUN_A RUN_B``, to branch a run) names
+    the first, and shipping must not carry that folder's name into git either."""
+    found = []
+    for name in ("train_config.json", "sft_config.json", "dpo_config.json"):
+        if (source / name).is_file():
+            made_in = Path(json.loads((source / name).read_text(encoding="utf-8")).get("out_dir", "")).parent
+            if made_in.is_absolute() and made_in.resolve() != run.path.resolve():
+                found.append(RunFolder(made_in, run.written_as))
+    return found
 
 
 def stage_logs(model_dir: str | Path, recipe: str | Path | None = None) -> list[tuple[str, list[dict]]]:
