@@ -14,6 +14,7 @@ from llmkit.chat.template import render
 from llmkit.course.phrasing_pools import TRAIN
 from llmkit.course.skill_preferences import make_skill_preferences
 from llmkit.course.skill_scores import SCORES, calls_in, evaluate_skills, final_text, fractions, repeats, score
+from llmkit.course.own_tools import NAMES
 from llmkit.course.skills import KINDS, SPLITS, make_skill, make_skills
 from llmkit.course.toolgen import TOOL_WORDS, pool_words
 from llmkit.course.values import value_split
@@ -56,9 +57,9 @@ def test_errands_ask_for_different_offered_tools_in_turn_and_expect_the_last(spl
         assert len(_user_texts(c)) == len(names)  # one typed request per call, each answered in turn
 
 
-def test_the_training_mix_has_every_kind_but_which_and_not_offered_and_is_seeded():
+def test_the_training_mix_has_every_kind_but_the_optional_ones_and_is_seeded():
     a = make_skills(300, split="train", seed=4)
-    assert {c.kind for c in a} == set(KINDS) - {"which", "not_offered"}  # a recipe's mix may add them
+    assert {c.kind for c in a} == set(KINDS) - {"which", "not_offered", "own_tool"}  # a recipe's mix may add them
     assert [c.messages for c in a[:20]] == [c.messages for c in make_skills(20, split="train", seed=4)]
     assert a[0].messages != make_skills(1, split="train", seed=5)[0].messages
 
@@ -77,8 +78,12 @@ def _typed_values(c):
         elif name in ("get_weather", "count_letters"):
             values.append(args.get("city") or args["word"])
         elif name != "web_search":  # search topics are split by the document that answers them
-            values += [v for k, v in args.items() if "enum" not in schemas[name][k] and not isinstance(v, bool)]
+            values += [v for k, v in args.items() if "enum" not in schemas[name][k] and not isinstance(v, bool)
+                       and not (name in OWN_TOOL_NAMES and isinstance(v, str) and len(v) == 1)]  # a letter to count
     return values + ([c.expected.name] if c.expected.name else [])
+
+
+OWN_TOOL_NAMES = {name for pool in NAMES.values() for name in pool.train + pool.heldout}
 
 
 def _trigrams(text):
@@ -96,7 +101,7 @@ for forms in [*TRAIN.forms.values(), *TRAIN.later_forms.values()]:
 def _assert_heldout_tools(c):
     train_words = pool_words("train")
     for t in c.tools:
-        if t.name in COURSE_TOOLS:  # the course's own tools are the same in every split
+        if t.name in COURSE_TOOLS or t.name in OWN_TOOL_NAMES:  # the course's tools; own tools: test_own_tools.py
             continue
         for word in t.name.split("_"):
             assert word not in train_words and (word in pool_words("heldout") or value_split(word) == "heldout")
@@ -109,7 +114,7 @@ def _assert_heldout_tools(c):
 
 def _assert_training_tools(c):
     for t in c.tools:
-        if t.name not in COURSE_TOOLS:
+        if t.name not in COURSE_TOOLS and t.name not in OWN_TOOL_NAMES:
             assert set(t.name.split("_")) & pool_words("train") or all(value_split(w) == "train" for w in t.name.split("_"))
 
 
@@ -310,9 +315,12 @@ def test_a_perfect_model_through_the_harness_scores_one_everywhere():
 def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
     report = evaluate_skills(SilentClient(), per_kind=2, splits=("seen",), seed=1)["seen"]
     no_call_kinds = {"missing", "memory", "chitchat", "which", "not_offered"}
-    assert report["right_tool"] == pytest.approx(len(no_call_kinds) / len(KINDS), abs=1e-4)
+    specs = [s for kind in KINDS for s in make_skills(2, split="seen", seed=1, kinds=[kind])]
+    no_call = [s for s in specs if not s.expected.calls]  # the no-call kinds, and own_tool's refusals
+    assert {s.kind for s in no_call} >= no_call_kinds and {s.kind for s in no_call} <= no_call_kinds | {"own_tool"}
+    assert report["right_tool"] == pytest.approx(len(no_call) / len(specs), abs=1e-4)
     assert report["calls_made"] == 0.0 and report["tool_call_valid"] == 0.0
-    assert report["n_calls_made"] == 2 * (len(KINDS) - len(no_call_kinds))
+    assert report["n_calls_made"] == len(specs) - len(no_call)
     assert report["args_exact"] == 0.0 and report["memory"] == 0.0 and report["answer_from_result"] == 0.0
     assert report["tools_named"] == 0.0
     assert report["no_invention"] == 1.0 and report["ends_turn"] == 1.0

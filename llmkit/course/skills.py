@@ -15,6 +15,9 @@ the values from large pools and invented ones (``llmkit.course.values``). The ki
 - which:      3-5 things asked at once: name the tool for each, call none (not in the default mix)
 - not_offered: a weather, letters, arithmetic or search request with its tool left out: say so
               (not in the default mix; a recipe's ``mix`` may add it)
+- own_tool:   a weather, letters or arithmetic request beside a learner-style tool for it: another
+              name, other parameters, another description (``llmkit.course.own_tools``; not in the
+              default mix)
 
 Splits and the conversation type: ``llmkit.course.skill_conversation``. Every reply ends its turn.
 """
@@ -29,6 +32,7 @@ from llmkit.chat.tools import Tool, run_tool_call
 from llmkit.course.lookups import call_note, lookup_note
 from llmkit.course.open_framing import OPEN_RATE, open_argument_styles, open_form, open_joiners, tool_words
 from llmkit.course.open_talk import OPEN_TALK_RATE, talk_maker
+from llmkit.course.own_tools import own_tool_conversation
 from llmkit.course.phrasing import fill, template
 from llmkit.course.phrasing_pools import CHITCHAT_ANSWERS, HELDOUT, PLAYS, TRAIN
 from llmkit.course.skill_conversation import (EVAL_SPLITS, SPLIT_SOURCES, SPLITS, Expected,  # noqa: F401 (re-exported)
@@ -38,7 +42,7 @@ from llmkit.course.tools import calculator, count_letters, get_weather, web_sear
 from llmkit.course.values import DAYS, draw
 
 KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands", "which",
-         "not_offered")
+         "not_offered", "own_tool")
 MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 8, "chitchat": 5, "weather": 6,
        "letters": 5, "arithmetic": 5, "search": 5}  # training shares; no ``which``: it cost held-out calls (recipe README)
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
@@ -370,7 +374,8 @@ def _memory(b: _Builder) -> SkillConversation:
 BUILDERS = {"which": _which, "tool": lambda b: _single(b, "tool"), "weather": lambda b: _single(b, "weather"),
             "letters": lambda b: _single(b, "letters"), "arithmetic": lambda b: _single(b, "arithmetic"),
             "search": lambda b: _single(b, "search"), "missing": _missing, "memory": _memory,
-            "chitchat": _chitchat, "multi": _multi, "errands": _errands, "not_offered": _not_offered}
+            "chitchat": _chitchat, "multi": _multi, "errands": _errands, "not_offered": _not_offered,
+            "own_tool": lambda b: own_tool_conversation(b)}
 
 
 def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True,
