@@ -131,3 +131,34 @@ def test_the_kind_is_seeded():
     b = make_skills(10, split="seen", seed=9, kinds=["own_tool"])
     assert [s.messages for s in a] == [s.messages for s in b]
     assert a[0].messages != make_skills(1, split="seen", seed=10, kinds=["own_tool"])[0].messages
+
+
+def test_open_tools_say_their_job_in_one_word_and_draw_the_rest_openly():
+    from llmkit.course.own_tools import JOB_WORDS, NEVER_OPEN
+
+    fixed = set().union(*(_flat(pool.train) | _flat(pool.heldout) for pool in [*NAMES.values(), *PARAMS]))
+    for split, other in (("train", "heldout"), ("heldout", "train")):
+        names, params = set(), set()
+        for seed in range(200):
+            job = OWN_TOOL_JOBS[seed % len(OWN_TOOL_JOBS)]
+            own = make_own_tool(random.Random(seed), job, split, open_words=True)
+            words = own.tool.name.split("_")
+            assert own.note in words and own.note in getattr(JOB_WORDS[job], split)
+            assert not set(words) & _flat(getattr(JOB_WORDS[job], other))
+            assert own.note.lower() in tool_line(own.tool.definition()).lower()
+            names.add(own.tool.name)
+            params |= set(own.tool.input_schema["properties"])
+        assert not (names | params) & NEVER_OPEN  # the learner trial's names (a job word may be part of a name)
+        if split == "train":  # the fixed pools' held-out halves stay unseen too
+            assert not (names | params) & set().union(*(_flat(p.heldout) for p in [*NAMES.values(), *PARAMS]))
+        assert len(names) > 120 and len(params - fixed) > 100  # open: mostly new every time
+
+
+def test_open_conversations_are_right_by_the_same_checks():
+    specs = make_skills(60, split="unseen_phrasings_and_tools", seed=4, kinds=["own_tool_open"])
+    assert {s.kind for s in specs} == {"own_tool_open"}
+    for spec in specs:
+        for name, tool_input in spec.expected.calls:
+            tool = {t.name: t for t in spec.tools}[name]
+            validate_arguments(tool, tool_input)
+            assert run_tool_call([tool], name, tool_input, tool_use_id="t")["is_error"] is False

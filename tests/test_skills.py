@@ -14,7 +14,7 @@ from llmkit.chat.template import render
 from llmkit.course.phrasing_pools import TRAIN
 from llmkit.course.skill_preferences import make_skill_preferences
 from llmkit.course.skill_scores import SCORES, calls_in, evaluate_skills, final_text, fractions, repeats, score
-from llmkit.course.own_tools import NAMES
+from llmkit.course import own_tools
 from llmkit.course.skills import KINDS, SPLITS, make_skill, make_skills
 from llmkit.course.toolgen import TOOL_WORDS, pool_words
 from llmkit.course.values import value_split
@@ -59,7 +59,7 @@ def test_errands_ask_for_different_offered_tools_in_turn_and_expect_the_last(spl
 
 def test_the_training_mix_has_every_kind_but_the_optional_ones_and_is_seeded():
     a = make_skills(300, split="train", seed=4)
-    assert {c.kind for c in a} == set(KINDS) - {"which", "not_offered", "own_tool"}  # a recipe's mix may add them
+    assert {c.kind for c in a} == set(KINDS) - {"which", "not_offered", "own_tool", "own_tool_open"}  # a recipe's mix may add them
     assert [c.messages for c in a[:20]] == [c.messages for c in make_skills(20, split="train", seed=4)]
     assert a[0].messages != make_skills(1, split="train", seed=5)[0].messages
 
@@ -71,6 +71,7 @@ def _user_texts(c):
 def _typed_values(c):
     """The values the user wrote that come from the value pools (not enum options, days or letters)."""
     schemas = {t.name: t.input_schema["properties"] for t in c.tools}
+    offered = {t.name: t for t in c.tools}
     values = []
     for name, args in c.expected.calls:
         if name == "calculator":
@@ -79,11 +80,13 @@ def _typed_values(c):
             values.append(args.get("city") or args["word"])
         elif name != "web_search":  # search topics are split by the document that answers them
             values += [v for k, v in args.items() if "enum" not in schemas[name][k] and not isinstance(v, bool)
-                       and not (name in OWN_TOOL_NAMES and isinstance(v, str) and len(v) == 1)]  # a letter to count
+                       and not (_own(offered[name]) and isinstance(v, str) and len(v) == 1)]  # a letter to count
     return values + ([c.expected.name] if c.expected.name else [])
 
 
-OWN_TOOL_NAMES = {name for pool in NAMES.values() for name in pool.train + pool.heldout}
+def _own(tool) -> bool:
+    """A learner-style course tool (``own_tools``): its words have pools of their own, tested in test_own_tools.py."""
+    return tool.function.__module__ == own_tools.__name__
 
 
 def _trigrams(text):
@@ -101,7 +104,7 @@ for forms in [*TRAIN.forms.values(), *TRAIN.later_forms.values()]:
 def _assert_heldout_tools(c):
     train_words = pool_words("train")
     for t in c.tools:
-        if t.name in COURSE_TOOLS or t.name in OWN_TOOL_NAMES:  # the course's tools; own tools: test_own_tools.py
+        if t.name in COURSE_TOOLS or _own(t):  # the course's tools; own tools: test_own_tools.py
             continue
         for word in t.name.split("_"):
             assert word not in train_words and (word in pool_words("heldout") or value_split(word) == "heldout")
@@ -114,7 +117,7 @@ def _assert_heldout_tools(c):
 
 def _assert_training_tools(c):
     for t in c.tools:
-        if t.name not in COURSE_TOOLS and t.name not in OWN_TOOL_NAMES:
+        if t.name not in COURSE_TOOLS and not _own(t):
             assert set(t.name.split("_")) & pool_words("train") or all(value_split(w) == "train" for w in t.name.split("_"))
 
 

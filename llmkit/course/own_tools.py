@@ -12,6 +12,12 @@ Every pool has a training half and a held-out half, drawn by the conversation's 
 the generated tools' words (``toolgen``), so the ``unseen_phrasings_and_tools`` split asks for
 names, parameters and descriptions no training conversation showed. The learner trial's own
 tools (``forecast(place)``, ``add(a, b)``) are in neither half: they stay a test of their own.
+
+``own_tool_open`` writes the tool with open words instead: a word that says the job
+(``JOB_WORDS``) and around it words drawn as a generated tool's are (a pool, the corpus's words
+or made up, ``toolgen``), parameters named the same way, a description from the generated tools'
+frames. A model trained on a few fixed names can learn them by heart and treat any other tool as
+no fit (``data/experiments/own_tools/``); here only the job word is a steady sign.
 """
 from __future__ import annotations
 
@@ -74,6 +80,14 @@ RESULT_KEYS = {  # the weather's result under other keys: the answer must read t
     "high": Pool(("high", "max_temp", "high_c", "temp_high"), ("warmest", "top_c")),
     "rain": Pool(("rain_percent", "chance_of_rain", "rain", "precip_chance"), ("wet_chance", "rain_odds")),
 }
+JOB_WORDS = {  # open tools: the word of the name (and description) that says the job
+    "weather": Pool(("weather", "forecast", "rain", "outlook"), ("meteo", "sky")),
+    "letters": Pool(("letter", "letters", "char", "character"), ("glyph", "symbol")),
+    "add": Pool(("add", "sum", "plus"), ("total", "combine")),
+    "subtract": Pool(("subtract", "minus", "difference"), ("deduct",)),
+    "multiply": Pool(("multiply", "times", "product"), ("mult",)),
+}
+NEVER_OPEN = {"forecast", "add", "place", "a", "b"}  # the learner trial's names: no open tool is written with them
 SYMBOLS = {"add": "+", "subtract": "-", "multiply": "*"}
 FAMILY = {"weather": "weather", "letters": "letters", "add": "arithmetic", "subtract": "arithmetic",
           "multiply": "arithmetic"}  # the course tool each job stands in for
@@ -104,12 +118,57 @@ def _schema(params: list[tuple[str, dict]]) -> dict:
             "additionalProperties": False}
 
 
-def make_own_tool(rng, job: str, split: str) -> OwnTool:
-    """A tool for ``job`` (one of ``OWN_TOOL_JOBS``) with its name, parameters and description from ``split``."""
+def _open_word(rng, pool: Pool, split: str, taken: set[str]) -> str:
+    """A word drawn as a generated tool's are (``pool``'s ``split`` half, the corpus, or made up),
+    never the learner trial's, a fixed pool's held-out one, or one already ``taken``."""
+    from llmkit.course.toolgen import _skill_word
+
+    heldout = _flat_pools(pool for pool in (*NAMES.values(), PLACE_PARAMS, DAY_PARAMS, TEXT_PARAMS, CHAR_PARAMS,
+                                            NUMBER_PARAMS)) if split == "train" else set()
+    while True:
+        word = _skill_word(rng, list(_flat_pools([pool], split)), split)
+        if word not in NEVER_OPEN | heldout | taken | _flat_pools(JOB_WORDS.values()) | _flat_pools(JOB_WORDS.values(), "train"):
+            return word
+
+
+def _flat_pools(pools, split: str = "heldout") -> set[str]:
+    return {word for pool in pools for item in getattr(pool, split) for word in (item if isinstance(item, tuple) else (item,))}
+
+
+def _open_name_and_description(rng, job: str, split: str, first_param: str | None) -> tuple[str, str, str]:
+    """An open tool's name around the job word, its description from the generated tools' frames, and the job word."""
+    from llmkit.course.toolgen import TOOL_WORDS
+
+    job_word = JOB_WORDS[job].pick(rng, split)
+    while True:
+        other = _open_word(rng, Pool(tuple(TOOL_WORDS["train"]["verbs"]), tuple(TOOL_WORDS["heldout"]["verbs"])),
+                           split, set())
+        name = rng.choice([f"{other}_{job_word}", f"{job_word}_{other}", job_word])
+        if name not in NEVER_OPEN | _flat_pools(NAMES.values()) | _flat_pools(NAMES.values(), "train"):
+            break
+    frame = rng.choice(TOOL_WORDS[split]["descriptions"])
+    return name, frame.format(subject=job_word, param=(first_param or "request").replace("_", " ")), job_word
+
+
+def make_own_tool(rng, job: str, split: str, open_words: bool = False) -> OwnTool:
+    """A tool for ``job`` (one of ``OWN_TOOL_JOBS``) with its name, parameters and description from
+    ``split``'s pools, or with ``open_words`` drawn openly around a job word (``own_tool_open``)."""
+    def pick(pool: Pool, taken: frozenset = frozenset()):
+        return _open_word(rng, pool, split, set(taken)) if open_words else pool.pick(rng, split)
+    own = _own_tool(rng, job, split, pick, open_words)
+    if not open_words:
+        return own
+    name, description, note = _open_name_and_description(rng, job, split, own.params[0])
+    tool = Tool(own.tool.function, name=name, description=description, input_schema=own.tool.input_schema)
+    return OwnTool(job, tool, own.params, note, own.keys)
+
+
+def _own_tool(rng, job: str, split: str, pick, open_words: bool) -> OwnTool:
     name = NAMES[job].pick(rng, split)
     description, note = DESCRIPTIONS[job].pick(rng, split)
     if job == "weather":
-        place, day = PLACE_PARAMS.pick(rng, split), DAY_PARAMS.pick(rng, split) if rng.random() < 0.5 else None
+        place = pick(PLACE_PARAMS)
+        day = pick(DAY_PARAMS, {place}) if rng.random() < 0.5 else None
         keys = {role: pool.pick(rng, split) for role, pool in RESULT_KEYS.items()}
         shown = [k for k in ("sky", "high", "rain") if k != "rain" or rng.random() < 0.5]
 
@@ -123,7 +182,8 @@ def make_own_tool(rng, job: str, split: str) -> OwnTool:
         tool = Tool(run, name=name, description=description, input_schema=_schema(specs))
         return OwnTool(job, tool, (place, day) if day else (place,), note, {k: keys[k] for k in shown})
     if job == "letters":
-        text, char = TEXT_PARAMS.pick(rng, split), CHAR_PARAMS.pick(rng, split)
+        text = pick(TEXT_PARAMS)
+        char = pick(CHAR_PARAMS, {text})
 
         def run(**given):
             return sum(1 for c in given[text] if c.casefold() == given[char].casefold())
@@ -131,6 +191,9 @@ def make_own_tool(rng, job: str, split: str) -> OwnTool:
         return OwnTool(job, Tool(run, name=name, description=description, input_schema=_schema(specs)),
                        (text, char), note)
     x, y = NUMBER_PARAMS.pick(rng, split)
+    if open_words:
+        x = pick(Pool(tuple(p for p, _ in NUMBER_PARAMS.train), tuple(p for p, _ in NUMBER_PARAMS.heldout)))
+        y = pick(Pool(tuple(q for _, q in NUMBER_PARAMS.train), tuple(q for _, q in NUMBER_PARAMS.heldout)), {x})
     kind = rng.choice(["integer", "number"])
 
     def run(**given):
@@ -178,21 +241,23 @@ def own_tool_request(b, own: OwnTool):
                    lambda content: b.rng.choice([f"The result is {content}.", f"That makes {content}."]), _note(own))
 
 
-def own_tool_conversation(b):
+def own_tool_conversation(b, open_words: bool = False):
     """The ``own_tool`` kind: a course question beside a learner-style tool for it (or, one time in
-    five, for another job: then the answer says no offered tool fits), among generated distractors."""
+    five, for another job: then the answer says no offered tool fits), among generated distractors;
+    ``own_tool_open`` with ``open_words``."""
     from llmkit.course.skills import COURSE_SUBJECTS, SYSTEM_PROMPTS, SkillConversation, _answer_requests, _refusal
 
     job = b.rng.choice(OWN_TOOL_JOBS)
-    own = make_own_tool(b.rng, job, b.tool_split)
+    own = make_own_tool(b.rng, job, b.tool_split, open_words)
+    kind = "own_tool_open" if open_words else "own_tool"
     request = own_tool_request(b, own)
     if b.rng.random() < REFUSAL_RATE:
         other_jobs = [j for j in OWN_TOOL_JOBS if FAMILY[j] != FAMILY[job]]
-        other = make_own_tool(b.rng, b.rng.choice(other_jobs), b.tool_split)
+        other = make_own_tool(b.rng, b.rng.choice(other_jobs), b.tool_split, open_words)
         offered = [other.tool, *b.distractors(b.rng.randint(0, 2), {other.tool.name}, course=False)]
         b.rng.shuffle(offered)
-        return _refusal(b, "own_tool", request.text, COURSE_SUBJECTS[FAMILY[job]], offered)
+        return _refusal(b, kind, request.text, COURSE_SUBJECTS[FAMILY[job]], offered)
     offered = [own.tool, *b.distractors(b.rng.randint(0, 3), {own.tool.name}, course=False)]
     b.rng.shuffle(offered)
     messages, expected = _answer_requests(b, [request], request.text, offered)
-    return SkillConversation("own_tool", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)
+    return SkillConversation(kind, b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS), expected)

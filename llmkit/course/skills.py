@@ -17,7 +17,7 @@ the values from large pools and invented ones (``llmkit.course.values``). The ki
               (not in the default mix; a recipe's ``mix`` may add it)
 - own_tool:   a weather, letters or arithmetic request beside a learner-style tool for it: another
               name, other parameters, another description (``llmkit.course.own_tools``; not in the
-              default mix)
+              default mix); own_tool_open: the same with open words around a word that says the job
 
 Splits and the conversation type: ``llmkit.course.skill_conversation``. Every reply ends its turn.
 """
@@ -42,7 +42,7 @@ from llmkit.course.tools import calculator, count_letters, get_weather, web_sear
 from llmkit.course.values import DAYS, draw
 
 KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands", "which",
-         "not_offered", "own_tool")
+         "not_offered", "own_tool", "own_tool_open")
 MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 8, "chitchat": 5, "weather": 6,
        "letters": 5, "arithmetic": 5, "search": 5}  # training shares; no ``which``: it cost held-out calls (recipe README)
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
@@ -375,7 +375,7 @@ BUILDERS = {"which": _which, "tool": lambda b: _single(b, "tool"), "weather": la
             "letters": lambda b: _single(b, "letters"), "arithmetic": lambda b: _single(b, "arithmetic"),
             "search": lambda b: _single(b, "search"), "missing": _missing, "memory": _memory,
             "chitchat": _chitchat, "multi": _multi, "errands": _errands, "not_offered": _not_offered,
-            "own_tool": lambda b: own_tool_conversation(b)}
+            "own_tool": own_tool_conversation, "own_tool_open": lambda b: own_tool_conversation(b, open_words=True)}
 
 
 def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True,
