@@ -3,12 +3,14 @@
     python data/experiments/own_tools/measure.py --model shipped=data/models/chat \
         --model own_tools=RUN/evals/shipped [--per-kind 100] [--threads 2] [--out F]
 
-For each model folder: the skill evals of the ``own_tool`` kind (``llmkit.course.own_tools``),
-greedy through ``Client`` + ``run_agent`` with the recipe's evals settings (batch, max_tokens,
-seed), ``--per-kind`` conversations per split. Each asks a weather, letters or arithmetic question
-beside a tool for it with another name, other parameters and another description (one in five
-offers a tool for another job instead: then no call is right). On ``unseen_phrasings_and_tools``
-the names, parameters, descriptions and phrasings are the held-out halves of the pools. The
+For each model folder: the skill evals of the ``own_tool`` and ``own_tool_open`` kinds
+(``llmkit.course.own_tools``), greedy through ``Client`` + ``run_agent`` with the recipe's evals
+settings (batch, max_tokens, seed), ``--per-kind`` conversations per kind and split. Each asks a
+weather, letters or arithmetic question beside a tool for it with another name, other parameters
+and another description (one in five offers a tool for another job instead: then no call is
+right). On ``unseen_phrasings_and_tools`` the names, parameters, descriptions and phrasings are the
+held-out halves of the pools (``own_tool``), or open words around a held-out job word
+(``own_tool_open``). The
 conversations depend only on ``--per-kind`` and the evals settings, so two runs of this script
 score the same ones. Prints a table and writes results.json beside this script.
 """
@@ -32,25 +34,29 @@ SCORES = ("tool_call_valid", "calls_made", "right_tool", "args_exact", "answer_f
           "no_invention")
 
 
+KINDS = ("own_tool", "own_tool_open")
+
+
 def measure(folder: str, per_kind: int) -> dict:
-    """The own_tool evals of one model folder, per split, and the seconds they took."""
+    """Each kind's evals for one model folder, per split, and the seconds they took."""
     settings = json.loads(data_path("models", "recipe", "evals.json").read_text())
-    started = time.perf_counter()
-    report = evaluate_skills(Client(folder), per_kind=per_kind, splits=EVAL_SPLITS, kinds=["own_tool"],
-                             seed=settings["seed"], max_tokens=settings["max_tokens"], batch=settings["batch"])
-    return {"evals": {split: {k: v for k, v in r.items() if k != "kinds"} for split, r in report.items()},
-            "seconds": round(time.perf_counter() - started, 1)}
+    started, client, result = time.perf_counter(), Client(folder), {}
+    for kind in KINDS:
+        report = evaluate_skills(client, per_kind=per_kind, splits=EVAL_SPLITS, kinds=[kind], seed=settings["seed"],
+                                 max_tokens=settings["max_tokens"], batch=settings["batch"])
+        result[kind] = {split: {k: v for k, v in r.items() if k != "kinds"} for split, r in report.items()}
+    return {**result, "seconds": round(time.perf_counter() - started, 1)}
 
 
 def print_table(results: dict[str, dict]) -> None:
-    names = list(results)
-    print("own_tool evals (" + " | ".join(names) + ")")
-    for split in EVAL_SPLITS:
-        print(f"  {split}")
-        for score in SCORES:
-            cells = [f"{r['evals'][split].get(score, float('nan')):.2f} (n {r['evals'][split].get('n_' + score, 0)})"
-                     for r in results.values()]
-            print(f"    {score:<20} " + " | ".join(cells))
+    for kind in KINDS:
+        print(f"{kind} evals (" + " | ".join(results) + ")")
+        for split in EVAL_SPLITS:
+            print(f"  {split}")
+            for score in SCORES:
+                cells = [f"{r[kind][split].get(score, float('nan')):.2f} (n {r[kind][split].get('n_' + score, 0)})"
+                         for r in results.values()]
+                print(f"    {score:<20} " + " | ".join(cells))
 
 
 def main() -> None:

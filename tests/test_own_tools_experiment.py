@@ -1,0 +1,39 @@
+"""data/experiments/own_tools/: the main recipe with the own_tool kinds in sft_polish's mix; what each run logged."""
+import json
+
+from experiment_script import EXPERIMENTS
+
+FOLDER = EXPERIMENTS / "own_tools"
+MAIN = EXPERIMENTS.parent / "models" / "recipe.json"
+SPLITS = ("seen", "unseen_values", "unseen_phrasings_and_tools")
+
+
+def _stages(path):
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    recipe = load_recipe(path)
+    return [s["name"] for s in recipe["stages"]], recipe["stages"], chain_hashes(recipe["stages"])
+
+
+def test_each_run_is_the_main_recipe_with_one_kind_added_to_the_polish_mix():
+    from llmkit.course.skills import MIX
+
+    names, main, main_chain = _stages(MAIN)
+    for recipe, kind in (("recipe.json", "own_tool"), ("recipe_open.json", "own_tool_open")):
+        run_names, stages, chain = _stages(FOLDER / recipe)
+        assert run_names == names
+        polish = names.index("sft_polish")
+        assert chain[:polish] == main_chain[:polish]  # the shipped skills model, restored
+        added = {k: v for k, v in stages[polish]["settings"].items() if main[polish]["settings"].get(k) != v}
+        assert added == {"mix": {**MIX, kind: 10}}
+        assert [s["settings"] for s in stages[polish + 1:]] == [s["settings"] for s in main[polish + 1:]]
+
+
+def test_the_committed_logs_are_the_pools_runs():
+    names, _, chain = _stages(FOLDER / "recipe.json")
+    for stage in ("sft_polish", "dpo", "evals"):
+        done = json.loads((FOLDER / "pools" / stage / "done.json").read_text())
+        assert done["chain"] == chain[names.index(stage)]
+    report = json.loads((FOLDER / "pools" / "evals" / "evals.json").read_text())
+    assert set(report) == set(SPLITS)
+    assert all(report[split]["n_right_tool"] == 1000 for split in SPLITS)  # 100 per kind of the ten in the mix
