@@ -162,3 +162,18 @@ def test_open_conversations_are_right_by_the_same_checks():
             tool = {t.name: t for t in spec.tools}[name]
             validate_arguments(tool, tool_input)
             assert run_tool_call([tool], name, tool_input, tool_use_id="t")["is_error"] is False
+
+
+def test_open_conversations_are_the_same_in_every_process():
+    """Nothing drawn depends on Python's per-process string hashing (a set's order), in these kinds
+    or any other, so a recipe that trains on them reruns on the same conversations."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import hashlib, json; from llmkit.course.skills import KINDS, make_skills; "
+              "print(hashlib.sha256(json.dumps([c.messages for c in make_skills(6 * len(KINDS), split='train', seed=1, "
+              "kinds=KINDS)], default=str).encode()).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(digests) == 1

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from llmkit.chat.tools import Tool
 from llmkit.course.lookups import call_note
+from llmkit.course.toolgen import TOOL_WORDS, skill_word
 from llmkit.course.tools import get_weather
 from llmkit.course.values import DAYS, draw
 
@@ -121,14 +122,19 @@ def _schema(params: list[tuple[str, dict]]) -> dict:
 def _open_word(rng, pool: Pool, split: str, taken: set[str]) -> str:
     """A word drawn as a generated tool's are (``pool``'s ``split`` half, the corpus, or made up),
     never the learner trial's, a fixed pool's held-out one, or one already ``taken``."""
-    from llmkit.course.toolgen import _skill_word
-
     heldout = _flat_pools(pool for pool in (*NAMES.values(), PLACE_PARAMS, DAY_PARAMS, TEXT_PARAMS, CHAR_PARAMS,
                                             NUMBER_PARAMS)) if split == "train" else set()
     while True:
-        word = _skill_word(rng, list(_flat_pools([pool], split)), split)
+        word = skill_word(rng, _words_in_order(pool, split), split)
         if word not in NEVER_OPEN | heldout | taken | _flat_pools(JOB_WORDS.values()) | _flat_pools(JOB_WORDS.values(), "train"):
             return word
+
+
+def _words_in_order(pool: Pool, split: str) -> list[str]:
+    """``pool``'s ``split`` half as a list of words, in the pool's order (a set's order would change
+    with Python's hash seed from one process to the next, and so would the draws)."""
+    return list(dict.fromkeys(word for item in getattr(pool, split)
+                              for word in (item if isinstance(item, tuple) else (item,))))
 
 
 def _flat_pools(pools, split: str = "heldout") -> set[str]:
@@ -137,8 +143,6 @@ def _flat_pools(pools, split: str = "heldout") -> set[str]:
 
 def _open_name_and_description(rng, job: str, split: str, first_param: str | None) -> tuple[str, str, str]:
     """An open tool's name around the job word, its description from the generated tools' frames, and the job word."""
-    from llmkit.course.toolgen import TOOL_WORDS
-
     job_word = JOB_WORDS[job].pick(rng, split)
     while True:
         other = _open_word(rng, Pool(tuple(TOOL_WORDS["train"]["verbs"]), tuple(TOOL_WORDS["heldout"]["verbs"])),

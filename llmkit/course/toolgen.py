@@ -158,7 +158,7 @@ def _word(rng: random.Random, pool: list[str], split: str, rate: float = INVENTE
             return word
 
 
-def _skill_word(rng: random.Random, pool: list[str], split: str) -> str:
+def skill_word(rng: random.Random, pool: list[str], split: str) -> str:
     """A word of a skill conversation's tool: from ``pool``, from ``split``'s corpus words, or made
     up, each a third of the time."""
     source = rng.choice(SKILL_WORD_SOURCES)
@@ -172,18 +172,18 @@ def _skill_word(rng: random.Random, pool: list[str], split: str) -> str:
 def chatter_word(rng: random.Random, split: str) -> str:
     """A noun for talk around a request, drawn as a skill tool's domain word is (pool, corpus or
     made up), so that an unfamiliar word in a request is no sign that it is the one to copy."""
-    return _skill_word(rng, TOOL_WORDS[check_tool_split(split)]["domains"], split)
+    return skill_word(rng, TOOL_WORDS[check_tool_split(split)]["domains"], split)
 
 
 def enum_options(rng: random.Random, split: str) -> tuple[str, ...]:
-    """2-4 different options for an enum, each drawn like a skill tool's word (``_skill_word``):
+    """2-4 different options for an enum, each drawn like a skill tool's word (``skill_word``):
     from the split's fixed options, its corpus words, or made up. Never yes/no/true/false, which
     a user says for a boolean, nor another split's fixed option (the corpus words hold "plain")."""
     pool = [option for options in TOOL_WORDS[split]["enum"].values() for option in options]
     others = {o for other in TOOL_SPLITS if other != split for opts in TOOL_WORDS[other]["enum"].values() for o in opts}
     options: list[str] = []
     for _ in range(rng.choice((2, 3, 3, 4))):
-        while (option := _skill_word(rng, pool, split)) in options or option in BOOLEAN_WORDS | others:
+        while (option := skill_word(rng, pool, split)) in options or option in BOOLEAN_WORDS | others:
             pass
         options.append(option)
     return tuple(options)
@@ -192,7 +192,7 @@ def enum_options(rng: random.Random, split: str) -> tuple[str, ...]:
 def make_param(rng: random.Random, split: str, taken: set[str], invent_every_word: bool = False,
                open_enums: bool = False) -> Param:
     """One parameter of a random type whose name is not in ``taken``; with ``invent_every_word`` a
-    string or number parameter's name is drawn like a skill tool's words (``_skill_word``), and
+    string or number parameter's name is drawn like a skill tool's words (``skill_word``), and
     with ``open_enums`` an enum's or boolean's name too, and an enum's options (``enum_options``):
     trained on a dozen fixed options, a model writes them from memory and cannot copy a new one."""
     words = TOOL_WORDS[split]
@@ -207,7 +207,7 @@ def make_param(rng: random.Random, split: str, taken: set[str], invent_every_wor
         else:
             base, kind, options = rng.choice(words[kind_of_type]), kind_of_type, ()
         if invent_every_word and (open_enums or kind_of_type not in ("enum", "boolean")):
-            base = _skill_word(rng, [base], split)
+            base = skill_word(rng, [base], split)
         if open_enums and kind_of_type == "enum":
             options = enum_options(rng, split)
         name = f"{rng.choice(words['modifiers'])}_{base}" if rng.random() < 0.2 else base
@@ -226,10 +226,10 @@ def make_tool(rng: random.Random, split: str, value_split: str | None = None, *,
     words = TOOL_WORDS[check_tool_split(split)]
 
     def name_word(pool: list[str]) -> str:
-        return _skill_word(rng, pool, split) if invent_every_word else rng.choice(pool)
+        return skill_word(rng, pool, split) if invent_every_word else rng.choice(pool)
 
     while True:
-        domain = _skill_word(rng, words["domains"], split) if invent_every_word else _word(rng, words["domains"], split)
+        domain = skill_word(rng, words["domains"], split) if invent_every_word else _word(rng, words["domains"], split)
         if domain not in avoid:
             break
     measure = name_word(words["measures"])
