@@ -138,7 +138,8 @@ def _words_in_order(pool: Pool, split: str) -> list[str]:
 
 
 def _flat_pools(pools, split: str = "heldout") -> set[str]:
-    return {word for pool in pools for item in getattr(pool, split) for word in (item if isinstance(item, tuple) else (item,))}
+    """Every word of the ``split`` halves of ``pools``: what an open word must not be."""
+    return {word for pool in pools for word in _words_in_order(pool, split)}
 
 
 def _open_name_and_description(rng, job: str, split: str, first_param: str | None) -> tuple[str, str, str]:
@@ -213,7 +214,7 @@ def _note(own: OwnTool) -> str:
 
 def own_tool_request(b, own: OwnTool):
     """The user's request for ``own``'s job, in the course grammar's words, and how to answer it."""
-    from llmkit.course.skills import Request
+    from llmkit.course.skills import UMBRELLA_FROM_PERCENT, Request
 
     if own.job == "weather":
         city, day = draw(b.rng, "city", b.value_split), b.rng.choice(DAYS)
@@ -224,7 +225,8 @@ def own_tool_request(b, own: OwnTool):
             result = json.loads(content)
             got = {part: result[key] for part, key in own.keys.items()}
             if role == "rain":
-                return f"{'Yes, take an umbrella' if got['rain'] >= 50 else 'No umbrella needed'}: {got['rain']}% chance of rain."
+                umbrella = got["rain"] >= UMBRELLA_FROM_PERCENT
+                return f"{'Yes, take an umbrella' if umbrella else 'No umbrella needed'}: {got['rain']}% chance of rain."
             return f"{str(got['sky']).capitalize()} in {city}, high {got['high']}°C."
         return Request(b.say("weather", city=city, day=day), own.tool, tool_input, (own.keys[role],), answer, _note(own))
     if own.job == "letters":
