@@ -37,3 +37,15 @@ def test_the_committed_logs_are_the_pools_runs():
     report = json.loads((FOLDER / "pools" / "evals" / "evals.json").read_text())
     assert set(report) == set(SPLITS)
     assert all(report[split]["n_right_tool"] == 1000 for split in SPLITS)  # 100 per kind of the ten in the mix
+
+
+def test_the_committed_open_logs_are_the_open_runs_and_its_trial_is_scored():
+    names, _, chain = _stages(FOLDER / "recipe_open.json")
+    for stage in ("sft_polish", "dpo"):
+        done = json.loads((FOLDER / "open" / stage / "done.json").read_text())
+        assert done["chain"] == chain[names.index(stage)]
+    for trial in (FOLDER / "open" / "learner_trial.json", FOLDER / "pools" / "learner_trial.json"):
+        report = json.loads(trial.read_text())
+        assert report["right_calls"] == sum(case["right_calls"] for case in report["cases"])
+    results = json.loads((FOLDER / "results_open.json").read_text())["models"]["open"]
+    assert set(results["own_tool_open"]) == set(SPLITS) and set(results["own_tool"]) == set(SPLITS)
