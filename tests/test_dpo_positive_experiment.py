@@ -1,5 +1,9 @@
-"""data/experiments/dpo_positive/: the chat chain with DPO-Positive (now the main recipe's), with
-plain DPO rerun and logged, and without DPO; what each measured."""
+"""data/experiments/dpo_positive/: the chat chain with DPO-Positive (the main recipe's since), with
+plain DPO rerun and logged, and without DPO; what each measured.
+
+The main recipe has changed once since: its sft_polish mix gained own_tool_open
+(data/experiments/own_tools/). These runs are the main recipe as it was before that, so they are
+compared with the main recipe less that mix."""
 import json
 
 import pytest
@@ -11,10 +15,21 @@ MAIN = EXPERIMENTS.parent / "models" / "recipe.json"
 SPLITS = ("seen", "unseen_values", "unseen_phrasings_and_tools")
 
 
+def _main_before_own_tools():
+    """The main recipe as these runs had it: sft_polish with the default mix (no ``mix`` setting)."""
+    from llmkit.course.recipe_stages import load_recipe
+    from llmkit.course.skills import MIX
+
+    main = load_recipe(MAIN)
+    polish = next(s for s in main["stages"] if s["name"] == "sft_polish")
+    assert polish["settings"].pop("mix") == {**MIX, "own_tool_open": 10}
+    return main
+
+
 def _recipes():
     from llmkit.course.recipe_stages import load_recipe
 
-    return load_recipe(MAIN), load_recipe(FOLDER / "recipe.json"), load_recipe(FOLDER / "recipe_no_dpo.json")
+    return _main_before_own_tools(), load_recipe(FOLDER / "recipe.json"), load_recipe(FOLDER / "recipe_no_dpo.json")
 
 
 def test_the_recipe_is_the_main_one_and_its_dpo_is_dpo_positive():
@@ -62,7 +77,7 @@ def test_the_plain_dpo_rerun_is_the_main_recipes_dpo_before_positive_weight():
 
 
 def test_the_committed_evals_score_the_shipped_models_conversations():
-    shipped = json.loads((EXPERIMENTS.parent / "models" / "chat" / "evals.json").read_text())
+    shipped = json.loads((EXPERIMENTS.parent / "models" / "chat" / "evals.json").read_text())  # the same evals stage
     for report in (FOLDER / "evals" / "evals.json", FOLDER / "no_dpo" / "evals.json"):
         evals = json.loads(report.read_text())
         for split in SPLITS:
@@ -84,17 +99,19 @@ def test_the_no_dpo_evals_are_that_recipes_evals_stage():
     assert json.loads((FOLDER / "no_dpo" / "done.json").read_text())["chain"] == chain_hashes(no_dpo["stages"])[-1]
 
 
-def test_the_shipped_chat_model_is_this_recipes():
-    """The DPO-Positive chat model is the one shipped: its stages carry the recipe's chain hashes and
-    its evals are the ones committed here."""
+def test_the_chat_model_shipped_before_own_tools_was_this_recipes():
+    """The DPO-Positive chat model was shipped (git history at 7d3dc00) until own_tools' replaced it:
+    its evals, kept in own_tools/before/, are the ones committed here, and the model shipped now
+    has this chain's stages up to sft_skills."""
     from llmkit.course.recipe_stages import chain_hashes
 
     _, positive, _ = _recipes()
-    shipped = EXPERIMENTS.parent / "models" / "chat"
-    chains = dict(zip([s["name"] for s in positive["stages"]], chain_hashes(positive["stages"])))
-    for stage in ("sft_polish", "dpo", "evals"):
-        assert json.loads((shipped / "stages" / stage / "done.json").read_text())["chain"] == chains[stage]
-    assert json.loads((shipped / "evals.json").read_text()) == json.loads((FOLDER / "evals" / "evals.json").read_text())
+    before = EXPERIMENTS / "own_tools" / "before" / "evals.json"
+    assert json.loads(before.read_text()) == json.loads((FOLDER / "evals" / "evals.json").read_text())
+    names = [s["name"] for s in positive["stages"]]
+    chains = chain_hashes(positive["stages"])
+    skills = EXPERIMENTS.parent / "models" / "skills" / "stages" / "sft_skills" / "done.json"
+    assert json.loads(skills.read_text())["chain"] == chains[names.index("sft_skills")]
 
 
 def test_evals_table_prints_each_reports_score_and_the_standard_error_of_the_difference():

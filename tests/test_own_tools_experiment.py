@@ -51,3 +51,14 @@ def test_the_committed_open_logs_are_the_open_runs_and_its_trial_is_scored():
         assert report["right_calls"] == sum(case["right_calls"] for case in report["cases"])
     results = json.loads((FOLDER / "results_open.json").read_text())["models"]["open"]
     assert set(results["own_tool_open"]) == set(SPLITS) and set(results["own_tool"]) == set(SPLITS)
+
+
+def test_the_shipped_chat_model_is_the_open_recipes_and_the_open_recipe_is_the_main_one():
+    """The chat model shipped now came from recipe_open.json, whose polish mix the main recipe took."""
+    names, _, chain = _stages(FOLDER / "recipe_open.json")
+    assert chain == _stages(MAIN)[2]
+    shipped = EXPERIMENTS.parent / "models" / "chat" / "stages"
+    for stage in ("sft_polish", "dpo", "evals"):
+        assert json.loads((shipped / stage / "done.json").read_text())["chain"] == chain[names.index(stage)]
+    results = json.loads((FOLDER / "results_chat.json").read_text())["models"]["chat"]
+    assert set(results["own_tool_open"]) == set(SPLITS) and set(results["own_tool"]) == set(SPLITS)
