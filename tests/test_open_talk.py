@@ -5,7 +5,7 @@ import re
 import pytest
 
 from llmkit.course.open_framing import heldout_words
-from llmkit.course.open_talk import HELDOUT_OPTIONS, TALK_ROLES, open_talk, talk_maker
+from llmkit.course.open_talk import HELDOUT_OPTIONS, TALK_ROLES, open_introduction, open_talk, talk_maker
 from llmkit.course.phrasing import TRAIN, template
 from llmkit.course.skills import make_skills
 from llmkit.course.toolgen import VOCABULARY, spoken
@@ -73,3 +73,21 @@ def test_open_talk_never_reaches_the_split_of_unseen_phrasings():
     kinds, split = ["tool", "weather", "memory"], "unseen_phrasings_and_tools"
     assert [c.messages for c in make_skills(40, split=split, seed=2, kinds=kinds, open_talk=True)] == \
         [c.messages for c in make_skills(40, split=split, seed=2, kinds=kinds)]
+
+
+def test_an_open_introduction_has_the_name_slot_once_never_first_among_open_words():
+    rng = random.Random(3)
+    forms = [open_introduction(rng) for _ in range(500)]
+    assert all(f.count("{name}") == 1 and not f.startswith("{name}") for f in forms)
+    words = [_words(f.replace("{name}", "")) for f in forms]
+    assert not set().union(*words) & (heldout_words() | set(VOCABULARY["heldout"]))
+    assert all(w == w.lower() for f in forms for w in f.replace("{name}", "").split()[1:])  # only the name is capitalised
+    assert len(set(forms)) > 0.95 * len(forms)
+
+
+def test_memory_open_greets_and_answers_with_the_name_its_open_introduction_holds():
+    for c in make_skills(40, split="train", seed=5, kinds=["memory_open"]):
+        intro, greeting, answer = c.messages[0]["content"], c.messages[1]["content"], c.messages[-1]["content"]
+        name = c.expected.name
+        assert name in intro and name in greeting and answer.endswith(f"{name}.")
+        assert c.kind == "memory_open"

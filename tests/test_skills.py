@@ -38,7 +38,7 @@ def test_every_kind_renders_fits_1024_and_ends_its_turn(tokenizer, kind, split):
         rendered = c.render(tokenizer)
         assert len(rendered) <= 1024
         assert rendered.ids[-1] == end_turn and rendered.mask[-1]
-        assert 1 <= len(c.tools) + (kind in ("chitchat", "memory", "missing", "not_offered")) <= 6
+        assert 1 <= len(c.tools) + (kind in ("chitchat", "memory", "memory_open", "missing", "not_offered")) <= 6
         # what is expected is what follows the last request (errands answer earlier ones before it)
         assert [(b["name"], b["input"]) for b in calls_in(c.messages[len(c.prompt):])] == list(c.expected.calls)
         text = c.messages[-1]["content"]
@@ -59,7 +59,7 @@ def test_errands_ask_for_different_offered_tools_in_turn_and_expect_the_last(spl
 
 def test_the_training_mix_has_every_kind_but_the_optional_ones_and_is_seeded():
     a = make_skills(300, split="train", seed=4)
-    assert {c.kind for c in a} == set(KINDS) - {"which", "not_offered", "own_tool", "own_tool_open"}  # a recipe's mix may add them
+    assert {c.kind for c in a} == set(KINDS) - {"which", "not_offered", "own_tool", "own_tool_open", "memory_open"}  # a recipe's mix may add them
     assert [c.messages for c in a[:20]] == [c.messages for c in make_skills(20, split="train", seed=4)]
     assert a[0].messages != make_skills(1, split="train", seed=5)[0].messages
 
@@ -317,7 +317,7 @@ def test_a_perfect_model_through_the_harness_scores_one_everywhere():
 
 def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
     report = evaluate_skills(SilentClient(), per_kind=2, splits=("seen",), seed=1)["seen"]
-    no_call_kinds = {"missing", "memory", "chitchat", "which", "not_offered"}
+    no_call_kinds = {"missing", "memory", "memory_open", "chitchat", "which", "not_offered"}
     specs = [s for kind in KINDS for s in make_skills(2, split="seen", seed=1, kinds=[kind])]
     no_call = [s for s in specs if not s.expected.calls]  # the no-call kinds, and own_tool's refusals
     assert {s.kind for s in no_call} >= no_call_kinds and {s.kind for s in no_call} <= no_call_kinds | {"own_tool"}

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from llmkit.course.open_framing import open_word
 from llmkit.course.toolgen import TOOL_WORDS
 
-__all__ = ["OPEN_TALK_RATE", "TALK_ROLES", "HELDOUT_OPTIONS", "talk_word", "open_talk", "talk_maker"]
+__all__ = ["OPEN_TALK_RATE", "TALK_ROLES", "HELDOUT_OPTIONS", "talk_word", "open_talk", "talk_maker", "open_introduction"]
 
 OPEN_TALK_RATE = 0.5  # the share of training requests whose talk is drawn from the open pool
 TALK_ROLES = ("opener", "before", "polite", "after", "closer")
@@ -61,3 +61,14 @@ def open_talk(rng: random.Random, role: str) -> str:
 def talk_maker(rng: random.Random) -> Callable[[str], str]:
     """``open_talk`` bound to ``rng``: what ``phrasing.template`` takes as ``talk``."""
     return lambda role: open_talk(rng, role)
+
+
+def open_introduction(rng: random.Random) -> str:
+    """An introduction whose words say nothing ("Plimbo vexed {name} quoth."): two to five lower-case
+    open words with the ``{name}`` slot among them, never first. Trained on these (``memory_open``),
+    a model cannot learn which words introduce a name; what marks it is that it is capitalised and
+    that the reply greets it, which is also true of an introduction worded in a way it never saw."""
+    words = [talk_word(rng, 0.0) for _ in range(rng.randint(2, 5))]
+    words.insert(rng.randint(1, len(words)), "{name}")
+    words[0] = words[0].capitalize()
+    return " ".join(words) + rng.choice((".", "!", "...", ""))

@@ -18,6 +18,8 @@ the values from large pools and invented ones (``llmkit.course.values``). The ki
 - own_tool:   a weather, letters or arithmetic request beside a learner-style tool for it: another
               name, other parameters, another description (``llmkit.course.own_tools``; not in the
               default mix); own_tool_open: the same with open words around a word that says the job
+- memory_open: memory whose introduction is open words around the name, so only the name's
+              capital and the reply's greeting mark it (``open_talk.open_introduction``; not in the default mix)
 
 Splits and the conversation type: ``llmkit.course.skill_conversation``. Every reply ends its turn.
 """
@@ -31,7 +33,7 @@ from typing import Callable
 from llmkit.chat.tools import Tool, run_tool_call
 from llmkit.course.lookups import call_note, lookup_note
 from llmkit.course.open_framing import OPEN_RATE, open_argument_styles, open_form, open_joiners, tool_words
-from llmkit.course.open_talk import OPEN_TALK_RATE, talk_maker
+from llmkit.course.open_talk import OPEN_TALK_RATE, open_introduction, talk_maker
 from llmkit.course.own_tools import own_tool_conversation
 from llmkit.course.phrasing import fill, template
 from llmkit.course.phrasing_pools import CHITCHAT_ANSWERS, HELDOUT, PLAYS, TRAIN
@@ -42,7 +44,7 @@ from llmkit.course.tools import calculator, count_letters, get_weather, web_sear
 from llmkit.course.values import DAYS, draw
 
 KINDS = ("tool", "weather", "letters", "arithmetic", "search", "missing", "memory", "chitchat", "multi", "errands", "which",
-         "not_offered", "own_tool", "own_tool_open")
+         "not_offered", "own_tool", "own_tool_open", "memory_open")
 MIX = {"tool": 24, "errands": 24, "multi": 10, "missing": 8, "memory": 8, "chitchat": 5, "weather": 6,
        "letters": 5, "arithmetic": 5, "search": 5}  # training shares; no ``which``: it cost held-out calls (recipe README)
 COURSE_TOOLS = {"weather": get_weather, "letters": count_letters, "arithmetic": calculator, "search": web_search}
@@ -355,9 +357,10 @@ def _chitchat(b: _Builder) -> SkillConversation:
                              Expected(answer_values=(keyword,) if keyword else ()))
 
 
-def _memory(b: _Builder) -> SkillConversation:
+def _memory(b: _Builder, open_intro: bool = False) -> SkillConversation:
     name = draw(b.rng, "name", b.value_split)
-    messages = [{"role": "user", "content": b.say("memory_intro", name=name)},
+    form = open_introduction(b.rng) if open_intro else None
+    messages = [{"role": "user", "content": b.say("memory_intro", form=form, name=name)},
                 {"role": "assistant", "content": b.rng.choice([f"Nice to meet you, {name}!", f"Hello, {name}!",
                                                                f"Hi {name}, how can I help?"])}]
     if b.rng.random() < 0.5:  # something in between, so the name is further back
@@ -367,15 +370,16 @@ def _memory(b: _Builder) -> SkillConversation:
                  {"role": "assistant", "content": b.rng.choice([f"Your name is {name}.", f"You're {name}.",
                                                                 f"You told me your name is {name}."])}]
     offered = b.distractors(b.rng.randint(0, 3), set())
-    return SkillConversation("memory", b.split, messages, offered, b.rng.choice(SYSTEM_PROMPTS),
-                             Expected(answer_values=(name,), name=name))
+    return SkillConversation("memory_open" if open_intro else "memory", b.split, messages, offered,
+                             b.rng.choice(SYSTEM_PROMPTS), Expected(answer_values=(name,), name=name))
 
 
 BUILDERS = {"which": _which, "tool": lambda b: _single(b, "tool"), "weather": lambda b: _single(b, "weather"),
             "letters": lambda b: _single(b, "letters"), "arithmetic": lambda b: _single(b, "arithmetic"),
             "search": lambda b: _single(b, "search"), "missing": _missing, "memory": _memory,
             "chitchat": _chitchat, "multi": _multi, "errands": _errands, "not_offered": _not_offered,
-            "own_tool": own_tool_conversation, "own_tool_open": lambda b: own_tool_conversation(b, open_words=True)}
+            "own_tool": own_tool_conversation, "own_tool_open": lambda b: own_tool_conversation(b, open_words=True),
+            "memory_open": lambda b: _memory(b, open_intro=True)}
 
 
 def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True,
