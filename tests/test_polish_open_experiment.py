@@ -1,9 +1,9 @@
-"""data/experiments/polish_open_talk/: polish_no_restart's schedule with open talk in the polish's training data."""
+"""data/experiments/polish_open/: polish_no_restart's schedule with open talk and open introductions in the polish's data."""
 import json
 
 from experiment_script import EXPERIMENTS
 
-FOLDER = EXPERIMENTS / "polish_open_talk"
+FOLDER = EXPERIMENTS / "polish_open"
 MAIN = EXPERIMENTS.parent / "models" / "recipe.json"
 
 
@@ -21,12 +21,13 @@ def test_the_run_differs_from_the_main_recipe_only_in_the_polish():
     polish = names.index("sft_polish")
     assert chain[:polish] == main_chain[:polish]  # starts from the shipped skills model
     changed = {k: v for k, v in stages[polish]["settings"].items() if main[polish]["settings"].get(k) != v}
-    assert changed == {"learning_rate": 1e-4, "warmup_steps": 0, "open_talk": True}
+    assert changed == {"learning_rate": 1e-4, "warmup_steps": 0, "open_talk": True,
+                       "mix": {**main[polish]["settings"]["mix"], "memory_open": 6}}
     assert [s["settings"] for s in stages[polish + 1:]] == [s["settings"] for s in main[polish + 1:]]
 
 
-def test_it_is_polish_no_restart_plus_open_talk():
+def test_it_is_polish_no_restart_plus_open_talk_and_open_introductions():
     no_restart = json.loads((EXPERIMENTS / "polish_no_restart" / "sft_polish.json").read_text())
     polish = json.loads((FOLDER / "sft_polish.json").read_text())
-    assert {k: v for k, v in polish.items() if k != "open_talk"} == no_restart
-    assert polish["open_talk"] is True
+    assert polish.pop("open_talk") is True and polish["mix"].pop("memory_open") == 6
+    assert polish == no_restart
