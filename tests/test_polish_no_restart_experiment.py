@@ -30,3 +30,16 @@ def test_the_polish_starts_where_sft_skills_ended():
     polish = json.loads((FOLDER / "sft_polish.json").read_text())
     assert polish["learning_rate"] == skills["min_learning_rate"]  # no warm restart
     assert polish["warmup_steps"] == 0
+
+
+def test_the_committed_logs_are_this_runs():
+    names, _, chain = _stages(FOLDER / "recipe.json")
+    for stage in ("sft_polish", "dpo", "evals"):
+        done = json.loads((FOLDER / stage / "done.json").read_text())
+        assert done["chain"] == chain[names.index(stage)]
+    report = json.loads((FOLDER / "evals" / "evals.json").read_text())
+    assert set(report) == {"seen", "unseen_values", "unseen_phrasings_and_tools"}
+    log = [json.loads(line) for line in (FOLDER / "sft_polish" / "train_log.jsonl").read_text().splitlines()]
+    steps = [row["step"] for row in log if row["kind"] == "train"]
+    assert steps == sorted(set(steps)) and steps[-1] == 1000  # resumed once, no step logged twice
+    assert all(row["lr"] <= 1e-4 + 1e-9 for row in log if row["kind"] == "train")  # no warm restart
