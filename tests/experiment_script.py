@@ -16,3 +16,28 @@ def load_experiment(name: str, script: str) -> ModuleType:
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+MAIN_RECIPE = EXPERIMENTS.parent / "models" / "recipe.json"
+
+
+def recipe_chain(path: Path) -> tuple[list[str], list[dict], list[str]]:
+    """A recipe's stage names, its stages (each with its config's settings) and their chain hashes,
+    for tests that check an experiment's recipe against the main one."""
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    recipe = load_recipe(path)
+    return [s["name"] for s in recipe["stages"]], recipe["stages"], chain_hashes(recipe["stages"])
+
+
+def polish_changes(path: Path) -> dict:
+    """The settings in which an experiment's ``sft_polish`` differs from the main recipe's, after
+    checking that it starts from the main recipe's skills model (the same chain up to the polish)
+    and ends with the main recipe's later stages."""
+    names, main, main_chain = recipe_chain(MAIN_RECIPE)
+    run_names, stages, chain = recipe_chain(path)
+    assert run_names == names
+    polish = names.index("sft_polish")
+    assert chain[:polish] == main_chain[:polish]
+    assert [s["settings"] for s in stages[polish + 1:]] == [s["settings"] for s in main[polish + 1:]]
+    return {k: v for k, v in stages[polish]["settings"].items() if main[polish]["settings"].get(k) != v}

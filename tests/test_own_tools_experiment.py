@@ -1,26 +1,18 @@
 """data/experiments/own_tools/: the main recipe with the own_tool kinds in sft_polish's mix; what each run logged."""
 import json
 
-from experiment_script import EXPERIMENTS
+from experiment_script import EXPERIMENTS, MAIN_RECIPE, recipe_chain
 
 FOLDER = EXPERIMENTS / "own_tools"
-MAIN = EXPERIMENTS.parent / "models" / "recipe.json"
 SPLITS = ("seen", "unseen_values", "unseen_phrasings_and_tools")
-
-
-def _stages(path):
-    from llmkit.course.recipe_stages import chain_hashes, load_recipe
-
-    recipe = load_recipe(path)
-    return [s["name"] for s in recipe["stages"]], recipe["stages"], chain_hashes(recipe["stages"])
 
 
 def test_each_run_is_the_main_recipe_with_one_kind_added_to_the_polish_mix():
     from llmkit.course.skills import MIX
 
-    names, main, main_chain = _stages(MAIN)
+    names, main, main_chain = recipe_chain(MAIN_RECIPE)
     for recipe, kind in (("recipe.json", "own_tool"), ("recipe_open.json", "own_tool_open")):
-        run_names, stages, chain = _stages(FOLDER / recipe)
+        run_names, stages, chain = recipe_chain(FOLDER / recipe)
         assert run_names == names
         polish = names.index("sft_polish")
         assert chain[:polish] == main_chain[:polish]  # the shipped skills model, restored
@@ -32,7 +24,7 @@ def test_each_run_is_the_main_recipe_with_one_kind_added_to_the_polish_mix():
 
 
 def test_the_committed_logs_are_the_pools_runs():
-    names, _, chain = _stages(FOLDER / "recipe.json")
+    names, _, chain = recipe_chain(FOLDER / "recipe.json")
     for stage in ("sft_polish", "dpo", "evals"):
         done = json.loads((FOLDER / "pools" / stage / "done.json").read_text())
         assert done["chain"] == chain[names.index(stage)]
@@ -42,7 +34,7 @@ def test_the_committed_logs_are_the_pools_runs():
 
 
 def test_the_committed_open_logs_are_the_open_runs_and_its_trial_is_scored():
-    names, _, chain = _stages(FOLDER / "recipe_open.json")
+    names, _, chain = recipe_chain(FOLDER / "recipe_open.json")
     for stage in ("sft_polish", "dpo"):
         done = json.loads((FOLDER / "open" / stage / "done.json").read_text())
         assert done["chain"] == chain[names.index(stage)]
@@ -55,8 +47,8 @@ def test_the_committed_open_logs_are_the_open_runs_and_its_trial_is_scored():
 
 def test_the_shipped_chat_model_is_the_open_recipes_and_the_open_recipe_is_the_main_one():
     """The chat model shipped now came from recipe_open.json, whose polish mix the main recipe took."""
-    names, _, chain = _stages(FOLDER / "recipe_open.json")
-    assert chain == _stages(MAIN)[2]
+    names, _, chain = recipe_chain(FOLDER / "recipe_open.json")
+    assert chain == recipe_chain(MAIN_RECIPE)[2]
     shipped = EXPERIMENTS.parent / "models" / "chat" / "stages"
     for stage in ("sft_polish", "dpo", "evals"):
         assert json.loads((shipped / stage / "done.json").read_text())["chain"] == chain[names.index(stage)]

@@ -1,28 +1,13 @@
 """data/experiments/polish_no_restart/: the main recipe with sft_polish going on at sft_skills' last learning rate."""
 import json
 
-from experiment_script import EXPERIMENTS
+from experiment_script import EXPERIMENTS, polish_changes, recipe_chain
 
 FOLDER = EXPERIMENTS / "polish_no_restart"
-MAIN = EXPERIMENTS.parent / "models" / "recipe.json"
-
-
-def _stages(path):
-    from llmkit.course.recipe_stages import chain_hashes, load_recipe
-
-    recipe = load_recipe(path)
-    return [s["name"] for s in recipe["stages"]], recipe["stages"], chain_hashes(recipe["stages"])
 
 
 def test_the_run_is_the_main_recipe_with_only_the_polish_schedule_changed():
-    names, main, main_chain = _stages(MAIN)
-    run_names, stages, chain = _stages(FOLDER / "recipe.json")
-    assert run_names == names
-    polish = names.index("sft_polish")
-    assert chain[:polish] == main_chain[:polish]  # starts from the shipped skills model
-    changed = {k: v for k, v in stages[polish]["settings"].items() if main[polish]["settings"].get(k) != v}
-    assert changed == {"learning_rate": 1e-4, "warmup_steps": 0}
-    assert [s["settings"] for s in stages[polish + 1:]] == [s["settings"] for s in main[polish + 1:]]
+    assert polish_changes(FOLDER / "recipe.json") == {"learning_rate": 1e-4, "warmup_steps": 0}
 
 
 def test_the_polish_starts_where_sft_skills_ended():
@@ -33,7 +18,7 @@ def test_the_polish_starts_where_sft_skills_ended():
 
 
 def test_the_committed_logs_are_this_runs():
-    names, _, chain = _stages(FOLDER / "recipe.json")
+    names, _, chain = recipe_chain(FOLDER / "recipe.json")
     for stage in ("sft_polish", "dpo", "evals"):
         done = json.loads((FOLDER / stage / "done.json").read_text())
         assert done["chain"] == chain[names.index(stage)]
