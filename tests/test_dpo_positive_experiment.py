@@ -126,5 +126,10 @@ def test_evals_table_prints_each_reports_score_and_the_standard_error_of_the_dif
     assert right[2].strip() == f"{p1:.2f} ({n})"
     assert right[3].strip() == f"{p2:.2f} ({n}) ±{((p1 * (1 - p1) + p2 * (1 - p2)) / n) ** 0.5:.2f}"
     assert table.difference_se(0.5, 0.5, 100) == pytest.approx(0.0707, abs=1e-4)
+    newer = {split: {**figures, "greets_by_name": 0.25, "n_greets_by_name": 100} for split, figures in positive.items()}
+    greets = [r for r in table.split_table({"shipped": shipped, "newer": newer}, "seen", with_se=True)
+              if r.startswith("| greets_by_name |")]
+    assert greets == ["| greets_by_name | - | 0.25 (100) |"]  # a score an older report lacks shows as "-"
+    assert not any("greets_by_name" in r for r in table.split_table({"shipped": shipped}, "seen"))
     kinds = table.kind_table({"shipped": shipped}, "unseen_phrasings_and_tools")
     assert any(r.startswith("| tool |") for r in kinds) and not any(r.startswith("| memory |") for r in kinds)

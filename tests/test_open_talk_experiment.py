@@ -45,7 +45,7 @@ def test_the_committed_results_compare_like_with_like_and_agree_with_each_other(
 @pytest.mark.usefixtures("one_thread")
 def test_a_request_token_is_sorted_into_talk_or_form_by_where_the_message_holds_it():
     script = load_experiment("open_talk", "by_piece.py")
-    from llmkit.course.skill_scores import argument_values
+    from llmkit.course.forced_scores import argument_values
     from llmkit.course.skills import make_skills
     from llmkit.paths import data_path
     from llmkit.tokens.tokenizer import Tokenizer

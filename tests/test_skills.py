@@ -13,7 +13,8 @@ from llmkit.chat.markers import marker_ids
 from llmkit.chat.template import render
 from llmkit.course.phrasing_pools import TRAIN
 from llmkit.course.skill_preferences import make_skill_preferences
-from llmkit.course.skill_scores import SCORES, calls_in, evaluate_skills, final_text, fractions, repeats, score
+from llmkit.course.skill_scores import (INTRODUCING_KINDS, SCORES, calls_in, conversations_run, evaluate_skills, final_text,
+                                       fractions, introduction, repeats, score)
 from llmkit.course import own_tools
 from llmkit.course.skills import KINDS, SPLITS, make_skill, make_skills
 from llmkit.course.toolgen import TOOL_WORDS, pool_words
@@ -309,10 +310,29 @@ class SilentClient:
 def test_a_perfect_model_through_the_harness_scores_one_everywhere():
     splits = ("seen", "unseen_phrasings_and_tools")
     specs = [s for split in splits for kind in KINDS for s in make_skills(3, split=split, seed=0, kinds=[kind])]
-    report = evaluate_skills(ReplayClient(specs), per_kind=3, splits=splits, seed=0)
+    greetings = [introduction(s) for s in specs if s.kind in INTRODUCING_KINDS]  # the first replies, replayed too
+    done = []
+    report = evaluate_skills(ReplayClient(specs + greetings), per_kind=3, splits=splits, seed=0, progress=done.append)
     for split in splits:
         assert all(report[split][name] == 1.0 for name in SCORES), report[split]
         assert report[split]["n_right_tool"] == 3 * len(KINDS)
+        assert report[split]["n_greets_by_name"] == 3 * len(INTRODUCING_KINDS)
+    assert done[-1] == conversations_run(KINDS, splits, 3) == len(specs) + len(greetings)
+
+
+def test_greets_by_name_scores_the_first_reply_not_the_replayed_greeting():
+    """A model that answers the name question right but greets without the name: memory 1, greeting 0."""
+    specs = make_skills(4, split="seen", seed=2, kinds=["memory"])
+
+    class ForgetfulGreeter(ReplayClient):
+        def create(self, *, messages, tools, **kwargs):
+            if len(messages) == 1:
+                return SimpleNamespace(content=[{"type": "text", "text": "Hello there!"}], stop_reason="end_turn")
+            return super().create(messages=messages, tools=tools, **kwargs)
+
+    report = evaluate_skills(ForgetfulGreeter(specs), per_kind=4, splits=("seen",), seed=2, kinds=["memory"])["seen"]
+    assert report["memory"] == 1.0 and report["greets_by_name"] == 0.0 and report["n_greets_by_name"] == 4
+    assert introduction(specs[0]).messages == specs[0].messages[:2]
 
 
 def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
@@ -325,6 +345,7 @@ def test_a_model_that_never_calls_a_tool_scores_what_it_deserves():
     assert report["calls_made"] == 0.0 and report["tool_call_valid"] == 0.0
     assert report["n_calls_made"] == len(specs) - len(no_call)
     assert report["args_exact"] == 0.0 and report["memory"] == 0.0 and report["answer_from_result"] == 0.0
+    assert report["greets_by_name"] == 0.0
     assert report["tools_named"] == 0.0
     assert report["no_invention"] == 1.0 and report["ends_turn"] == 1.0
     assert report["kinds"]["chitchat"]["right_tool"] == 1.0
@@ -413,7 +434,7 @@ class _Oracle:
 
 
 def test_tool_name_choice_is_one_for_a_model_that_predicts_the_name_and_zero_for_one_that_does_not(tokenizer):
-    from llmkit.course.skill_scores import _first_call_name_positions, tool_name_choice, without_thinking
+    from llmkit.course.forced_scores import _first_call_name_positions, tool_name_choice, without_thinking
 
     spec = make_skills(1, split="unseen_phrasings_and_tools", seed=4, kinds=["tool"])[0]
     ids = without_thinking(spec).render(tokenizer).ids
@@ -455,7 +476,7 @@ def _scripted_on(tokenizer, spec, call_names: list[str]):
 
 
 def test_name_choice_picks_the_tool_whose_whole_opening_the_model_writes(tokenizer):
-    from llmkit.course.skill_scores import name_choice
+    from llmkit.course.forced_scores import name_choice
 
     spec = next(s for s in make_skills(6, split="unseen_phrasings_and_tools", seed=4, kinds=["tool"])
                 if len(s.tools) > 1)
@@ -472,7 +493,8 @@ def test_name_choice_picks_the_tool_whose_whole_opening_the_model_writes(tokeniz
 
 def test_name_choice_scores_the_last_request_of_errands_not_the_first():
     """Errands call several tools in turn; the score is the expected call's, after the prompt."""
-    from llmkit.course.skill_scores import calls_in, name_choice
+    from llmkit.course.forced_scores import name_choice
+    from llmkit.course.skill_scores import calls_in
 
     tokenizer = Tokenizer.load(data_path("models", "base", "tokenizer.json"))
 
@@ -495,7 +517,7 @@ def test_name_choice_scores_the_last_request_of_errands_not_the_first():
 
 
 def test_without_thinking_takes_out_the_thinking_and_nothing_else():
-    from llmkit.course.skill_scores import without_thinking
+    from llmkit.course.forced_scores import without_thinking
 
     specs = make_skills(12, split="seen", seed=3, kinds=["tool"])
     thinking = [s for s in specs if any(b["type"] == "thinking" for m in s.messages if m["role"] == "assistant"
@@ -515,7 +537,7 @@ def test_without_thinking_takes_out_the_thinking_and_nothing_else():
 def test_argument_copy_sorts_values_by_whether_the_prompt_spells_them_in_the_same_tokens():
     """With GPT-4's pre-split a word the user typed after a space is other tokens than the same word in
     the call's JSON string; with the course's ``spaced`` pattern it is the same tokens."""
-    from llmkit.course.skill_scores import argument_copy
+    from llmkit.course.forced_scores import argument_copy
     from llmkit.tokens.tokenizer import COURSE_SPECIAL_TOKENS
 
     specs = [s for s in make_skills(6, split="seen", seed=2, kinds=["letters"]) if s.expected.calls]
@@ -537,7 +559,7 @@ def test_argument_copy_sorts_values_by_whether_the_prompt_spells_them_in_the_sam
 
 
 def test_argument_copy_says_whether_a_miss_was_the_first_token_or_a_later_one(tokenizer):
-    from llmkit.course.skill_scores import argument_copy, argument_values
+    from llmkit.course.forced_scores import argument_copy, argument_values
 
     tok = tokenizer
     specs = [s for s in make_skills(12, split="seen", seed=4, kinds=["weather", "tool"]) if s.expected.calls]
@@ -553,7 +575,7 @@ def test_argument_copy_says_whether_a_miss_was_the_first_token_or_a_later_one(to
 
 def test_argument_values_point_at_the_expected_call_even_after_earlier_calls(tokenizer):
     """An errand's expected call is its last turn's: the values are found there, not in the first call."""
-    from llmkit.course.skill_scores import argument_values
+    from llmkit.course.forced_scores import argument_values
     from llmkit.course.toolgen import spoken
 
     specs = make_skills(12, split="unseen_tools", seed=11, kinds=["errands"])

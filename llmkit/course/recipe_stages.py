@@ -269,13 +269,14 @@ def run_evals(settings: dict, folder: Path, log: logging.Logger, *, base: Path, 
     from tqdm.auto import tqdm
 
     from llmkit.chat.client import Client
-    from llmkit.course.skill_scores import evaluate_skills, teacher_forced_scores
+    from llmkit.course.forced_scores import teacher_forced_scores
+    from llmkit.course.skill_scores import conversations_run, evaluate_skills
     from llmkit.course.skills import EVAL_SPLITS, MIX
 
     ship_copy(base, folder / SHIPPED)  # the evals score the model exactly as it ships
     client = Client(folder / SHIPPED, device=device)
     splits, kinds = settings.get("splits", EVAL_SPLITS), settings.get("kinds") or list(MIX)  # the kinds it learnt
-    total = len(splits) * len(kinds) * settings["per_kind"]
+    total = conversations_run(kinds, splits, settings["per_kind"])
     bar = tqdm(total=total, desc="evals", unit="conv", disable=not progress)
     report = evaluate_skills(client, per_kind=settings["per_kind"], splits=splits, kinds=kinds,
                              seed=settings.get("seed", 0), max_tokens=settings.get("max_tokens", 96),

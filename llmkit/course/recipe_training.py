@@ -20,7 +20,7 @@ HELDOUT_SPLIT = "unseen_phrasings_and_tools"
 PROBE_DEFAULTS = {"per_kind": 4, "kinds": ["tool", "multi", "missing", "memory"],
                   "splits": ["seen", "unseen_phrasings_and_tools"], "max_tokens": 64, "seed": 99,
                   "batch": 1,  # batch > 1: that many probe conversations decode together (evaluate_skills)
-                  "teacher_forced": 40}  # conversations for skill_scores.teacher_forced_scores (0: none)
+                  "teacher_forced": 40}  # conversations for forced_scores.teacher_forced_scores (0: none)
 MAX_SKIPPED_SHARE = 0.5  # more examples than this too long for the context is a config error
 
 
@@ -114,7 +114,8 @@ def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
     alone (they show a skill forming while greedy replies still fail for other reasons).
     """
     from llmkit.chat.client import Client
-    from llmkit.course.skill_scores import SCORES, evaluate_skills, teacher_forced_scores
+    from llmkit.course.forced_scores import teacher_forced_scores
+    from llmkit.course.skill_scores import SCORES, evaluate_skills
 
     unknown = set(settings or {}) - set(PROBE_DEFAULTS)
     if unknown:

@@ -3,7 +3,7 @@
     python data/experiments/deeper/first_token.py --model shipped=data/models/skills \
         --model deeper=RUN/sft_skills/shipped [--n 100] [--show 5] [--threads 2]
 
-Teacher-forced, like ``skill_scores.argument_copy``: every token before an argument value is
+Teacher-forced, like ``forced_scores.argument_copy``: every token before an argument value is
 given, and the model's greedy next token is compared with the value's first token. The values
 are those of the first call in ``--n`` conversations of the tool-calling kinds (seed 11, the
 conversations ``word_base/compare.py`` copies from) whose tokens occur in the prompt, so a model
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from llmkit.chat.client import Client
-from llmkit.course.skill_scores import TOOL_CALLING_KINDS, argument_values
+from llmkit.course.forced_scores import TOOL_CALLING_KINDS, argument_values
 from llmkit.course.skills import EVAL_SPLITS, make_skills
 from llmkit.files import atomic_write
 

@@ -15,7 +15,8 @@ import json
 import math
 from pathlib import Path
 
-SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory")
+SCORES = ("tool_call_valid", "right_tool", "args_exact", "answer_from_result", "ends_turn", "no_invention", "memory",
+          "greets_by_name")  # greets_by_name: reports written before it was scored lack it ("-")
 SPLITS = ("seen", "unseen_values", "unseen_phrasings_and_tools")
 KIND_SCORES = ("right_tool", "args_exact")
 
@@ -26,17 +27,21 @@ def difference_se(first: float, second: float, n: int) -> float:
 
 
 def split_table(reports: dict[str, dict], split: str, with_se: bool = False) -> list[str]:
-    """Markdown rows: one per score, one column per report (n in brackets)."""
+    """Markdown rows: one per score some report has, one column per report (n in brackets)."""
     names = list(reports)
     rows = [f"| {split} | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    for score in SCORES:
+    for score in (s for s in SCORES if any(s in reports[name][split] for name in names)):
         cells = []
         for name in names:
             figures = reports[name][split]
+            if score not in figures:
+                cells.append("-")
+                continue
             value, n = figures[score], figures[f"n_{score}"]
             cell = f"{value:.2f} ({n})"
-            if with_se and name != names[0]:
-                cell += f" ±{difference_se(reports[names[0]][split][score], value, n):.2f}"
+            first = reports[names[0]][split]
+            if with_se and name != names[0] and score in first:
+                cell += f" ±{difference_se(first[score], value, n):.2f}"
             cells.append(cell)
         rows.append(f"| {score} | " + " | ".join(cells) + " |")
     return rows

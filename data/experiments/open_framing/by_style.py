@@ -9,7 +9,7 @@ tool words; ``unseen_phrasings``, held-out phrasings; ``unseen_phrasings_and_too
 but ``seen`` with held-out values), it finds the argument style the user's message says it in
 ("rate set to 49" is the training style ``{words} set to {value}``, "rate being 49" the held-out
 ``{words} being {value}``) and reports, per style, how often the model writes the value's first
-token right and the whole value right, every token before it given (``skill_scores.argument_copy``).
+token right and the whole value right, every token before it given (``forced_scores.argument_copy``).
 Values said in no listed style count under ``other``.
 
 It asks whether a model copies worse after an unfamiliar connector (it learned the connectors of
@@ -37,7 +37,7 @@ import torch
 
 from llmkit.chat.client import Client
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
-from llmkit.course.skill_scores import argument_values, forced_hits
+from llmkit.course.forced_scores import argument_values, forced_hits
 from llmkit.course.skills import make_skills, splits_of
 from llmkit.course.toolgen import TOOL_WORDS, VOCABULARY, pool_words, spoken
 from llmkit.files import atomic_write

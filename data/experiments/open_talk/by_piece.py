@@ -25,7 +25,7 @@ import torch
 from llmkit.chat.client import Client
 from llmkit.course.phrasing import phrasing_split
 from llmkit.course.phrasing_pools import HELDOUT, TRAIN
-from llmkit.course.skill_scores import TOOL_CALLING_KINDS, argument_values
+from llmkit.course.forced_scores import TOOL_CALLING_KINDS, argument_values
 from llmkit.course.skills import EVAL_SPLITS, make_skills
 
 _spec = importlib.util.spec_from_file_location("first_token", Path(__file__).parent.parent / "deeper" / "first_token.py")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from llmkit.course.skill_scores import TOOL_CALLING_KINDS, argument_copy
+from llmkit.course.forced_scores import TOOL_CALLING_KINDS, argument_copy
 from llmkit.course.skills import EVAL_SPLITS, make_skills
 from llmkit.files import atomic_write
 from llmkit.model.weights import load_model

@@ -39,7 +39,8 @@ from pathlib import Path
 import torch
 
 from llmkit.chat.client import Client
-from llmkit.course.skill_scores import TOOL_CALLING_KINDS, argument_copy, evaluate_skills
+from llmkit.course.forced_scores import TOOL_CALLING_KINDS, argument_copy
+from llmkit.course.skill_scores import evaluate_skills
 from llmkit.course.skills import EVAL_SPLITS, MIX, make_skills
 from llmkit.files import atomic_write
 from llmkit.paths import data_path

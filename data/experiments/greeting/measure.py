@@ -1,0 +1,72 @@
+"""Does a chat model greet a learner by the name they gave? ``greets_by_name`` beside ``memory``.
+
+    python data/experiments/greeting/measure.py --model shipped=data/models/chat \
+        --model skills=data/models/skills [--per-kind 100] [--threads 2] [--out F]
+
+For each model folder: the skill evals of the ``memory`` kind, greedy through ``Client`` +
+``run_agent`` with the recipe's evals settings (batch, max_tokens, seed), ``--per-kind``
+conversations per split. ``memory`` replays the right greeting ("Hello, Wei!") as history and asks
+for the name a turn or two later; ``greets_by_name`` gives the model the introduction alone and
+scores its own first reply (``llmkit.course.skill_scores.introduction``). A learner's conversation
+needs both: the model writes the greeting the later answer reads. The conversations are the evals
+stage's, so the ``memory`` figures equal a full evals report's. Prints a table and writes results.json beside this script.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from llmkit.chat.client import Client
+from llmkit.course.skill_scores import evaluate_skills
+from llmkit.course.skills import EVAL_SPLITS
+from llmkit.files import atomic_write
+from llmkit.paths import data_path
+
+SCORES = ("memory", "greets_by_name", "ends_turn")
+
+
+def measure(folder: str, per_kind: int) -> dict:
+    """The memory kind's scores for one model folder, per split, and the seconds they took."""
+    settings = json.loads(data_path("models", "recipe", "evals.json").read_text())
+    started, client = time.perf_counter(), Client(folder)
+    report = evaluate_skills(client, per_kind=per_kind, splits=EVAL_SPLITS, kinds=["memory"], seed=settings["seed"],
+                             max_tokens=settings["max_tokens"], batch=settings["batch"])
+    result = {split: {k: v for k, v in r.items() if k.removeprefix("n_") in SCORES} for split, r in report.items()}
+    return {**result, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def print_table(results: dict[str, dict]) -> None:
+    print("memory kind (" + " | ".join(results) + ")")
+    for split in EVAL_SPLITS:
+        print(f"  {split}")
+        for score in SCORES:
+            cells = [f"{r[split][score]:.2f} (n {r[split]['n_' + score]})" for r in results.values()]
+            print(f"    {score:<16} " + " | ".join(cells))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", required=True, metavar="NAME=FOLDER")
+    parser.add_argument("--per-kind", type=int, default=100, help="conversations per split")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
+    args = parser.parse_args()
+    pairs = [spec.split("=", 1) for spec in args.model]
+    if any(len(pair) != 2 or not all(pair) for pair in pairs):
+        parser.error("give each model as NAME=FOLDER")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = {name: measure(folder, args.per_kind) for name, folder in pairs}
+    print_table(results)
+    command = "python data/experiments/greeting/measure.py " + " ".join(sys.argv[1:])
+    atomic_write(args.out, json.dumps({"command": command, "per_kind": args.per_kind, "models": results},
+                                      indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
