@@ -9,7 +9,9 @@ conversations per split. ``memory`` replays the right greeting ("Hello, Wei!") a
 for the name a turn or two later; ``greets_by_name`` gives the model the introduction alone and
 scores its own first reply (``llmkit.course.skill_scores.introduction``). A learner's conversation
 needs both: the model writes the greeting the later answer reads. The conversations are the evals
-stage's, so the ``memory`` figures equal a full evals report's. Prints a table and writes results.json beside this script.
+stage's, so the ``memory`` figures equal a full evals report's. ``first_replies`` sorts what the
+model said instead of a greeting (a refusal, a tool call, a greeting with another word for the
+name). Prints a table and writes results.json beside this script.
 """
 from __future__ import annotations
 
@@ -22,12 +24,39 @@ from pathlib import Path
 import torch
 
 from llmkit.chat.client import Client
-from llmkit.course.skill_scores import evaluate_skills
-from llmkit.course.skills import EVAL_SPLITS
+from llmkit.course.skill_scores import calls_in, evaluate_skills, final_text, introduction, run_one
+from llmkit.course.skills import EVAL_SPLITS, make_skills
 from llmkit.files import atomic_write
 from llmkit.paths import data_path
 
 SCORES = ("memory", "greets_by_name", "ends_turn")
+REPLIES = ("the name", "a tool call", "a refusal", "a greeting, another word", "other")
+GREETINGS = ("Hello", "Hi ", "Nice to meet")
+
+
+def reply_kind(name: str, transcript: list[dict]) -> str:
+    """What a first reply to an introduction is, the name first: a refusal that echoes the name
+    counts as "the name", as it does for ``greets_by_name``."""
+    text = final_text(transcript)
+    if name in text:
+        return "the name"
+    if calls_in(transcript):
+        return "a tool call"
+    if text.startswith("I have no") or "can't" in text:  # the missing kind's refusals
+        return "a refusal"
+    return "a greeting, another word" if any(text.startswith(g) for g in GREETINGS) else "other"
+
+
+def first_replies(client, settings: dict, per_kind: int, split: str) -> dict:
+    """How many first replies of each kind (``REPLIES``), and three examples of each."""
+    counts, examples = dict.fromkeys(REPLIES, 0), {kind: [] for kind in REPLIES}
+    for spec in make_skills(per_kind, split=split, seed=settings["seed"], kinds=["memory"]):
+        transcript, _ = run_one(client, introduction(spec), max_tokens=settings["max_tokens"])
+        kind = reply_kind(spec.expected.name, transcript)
+        counts[kind] += 1
+        if len(examples[kind]) < 3:
+            examples[kind].append([spec.messages[0]["content"], final_text(transcript)])
+    return {"counts": counts, "examples": examples}
 
 
 def measure(folder: str, per_kind: int) -> dict:
@@ -37,7 +66,8 @@ def measure(folder: str, per_kind: int) -> dict:
     report = evaluate_skills(client, per_kind=per_kind, splits=EVAL_SPLITS, kinds=["memory"], seed=settings["seed"],
                              max_tokens=settings["max_tokens"], batch=settings["batch"])
     result = {split: {k: v for k, v in r.items() if k.removeprefix("n_") in SCORES} for split, r in report.items()}
-    return {**result, "seconds": round(time.perf_counter() - started, 1)}
+    replies = {split: first_replies(client, settings, per_kind, split) for split in ("seen", "unseen_phrasings_and_tools")}
+    return {**result, "first_replies": replies, "seconds": round(time.perf_counter() - started, 1)}
 
 
 def print_table(results: dict[str, dict]) -> None:
@@ -47,6 +77,10 @@ def print_table(results: dict[str, dict]) -> None:
         for score in SCORES:
             cells = [f"{r[split][score]:.2f} (n {r[split]['n_' + score]})" for r in results.values()]
             print(f"    {score:<16} " + " | ".join(cells))
+    for split in ("seen", "unseen_phrasings_and_tools"):
+        print(f"  first replies, {split}")
+        for kind in REPLIES:
+            print(f"    {kind:<26} " + " | ".join(str(r["first_replies"][split]["counts"][kind]) for r in results.values()))
 
 
 def main() -> None:
