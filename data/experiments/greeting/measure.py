@@ -83,23 +83,27 @@ def print_table(results: dict[str, dict]) -> None:
             print(f"    {kind:<26} " + " | ".join(str(r["first_replies"][split]["counts"][kind]) for r in results.values()))
 
 
+def named_folder(text: str) -> tuple[str, str]:
+    """``NAME=FOLDER`` as (name, folder), for argparse."""
+    name, sep, folder = text.partition("=")
+    if not (sep and name and folder):
+        raise argparse.ArgumentTypeError(f"{text!r}: give each model as NAME=FOLDER")
+    return name, folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", required=True, metavar="NAME=FOLDER")
+    parser.add_argument("--model", action="append", required=True, type=named_folder, metavar="NAME=FOLDER")
     parser.add_argument("--per-kind", type=int, default=100, help="conversations per split")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
     args = parser.parse_args()
-    pairs = [spec.split("=", 1) for spec in args.model]
-    if any(len(pair) != 2 or not all(pair) for pair in pairs):
-        parser.error("give each model as NAME=FOLDER")
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = {name: measure(folder, args.per_kind) for name, folder in pairs}
+    results = {name: measure(folder, args.per_kind) for name, folder in args.model}
     print_table(results)
-    command = "python data/experiments/greeting/measure.py " + " ".join(sys.argv[1:])
-    atomic_write(args.out, json.dumps({"command": command, "per_kind": args.per_kind, "models": results},
-                                      indent=1) + "\n")
+    atomic_write(args.out, json.dumps({"command": "python data/experiments/greeting/measure.py " + " ".join(sys.argv[1:]),
+                                       "per_kind": args.per_kind, "models": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
