@@ -24,7 +24,8 @@ def test_first_replies_are_sorted_into_every_kind_and_add_up():
         for split, replies in model["first_replies"].items():
             assert set(replies["counts"]) == set(measure.REPLIES) and sum(replies["counts"].values()) == 100
     text = lambda words: [{"role": "assistant", "content": [{"type": "text", "text": words}]}]  # noqa: E731
-    assert measure.reply_kind("Wei", text("Nice to meet you, Wei!")) == "the name"
+    assert measure.reply_kind("Wei", text("Nice to meet you, Wei!")) == "a greeting with the name"
+    assert measure.reply_kind("Wei", text("I have no tool for the as Wei, so I can't know it.")) == "a refusal"
     assert measure.reply_kind("Wei", text("I have no tool for the name, so I can't know it.")) == "a refusal"
     assert measure.reply_kind("Wei", text("Nice to meet you, flooded!")) == "a greeting, another word"
     assert measure.reply_kind("Wei", text("You're integer!")) == "other"

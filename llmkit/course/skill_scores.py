@@ -19,6 +19,7 @@ copy when no tool is needed), so a fraction is taken over the conversations a sc
 - ``greets_by_name``: the same conversation cut after the introduction, the model's own first
   reply holds the name. ``memory`` replays the right greeting as history; a model talking to a
   learner has to write it, and a greeting without the name leaves the later answer nothing to copy.
+  Like ``memory`` it only asks for the name, so a refusal that echoes it counts: an upper bound.
 
 ``evaluate_skills`` runs a model through ``Client`` + ``run_agent`` greedily on each split, with
 the client's default decoding (a tool call is kept valid, and the tool's name chosen whole).

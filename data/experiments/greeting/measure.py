@@ -30,20 +30,21 @@ from llmkit.files import atomic_write
 from llmkit.paths import data_path
 
 SCORES = ("memory", "greets_by_name", "ends_turn")
-REPLIES = ("the name", "a tool call", "a refusal", "a greeting, another word", "other")
+REPLIES = ("a greeting with the name", "a tool call", "a refusal", "a greeting, another word", "other")
 GREETINGS = ("Hello", "Hi ", "Nice to meet")
 
 
 def reply_kind(name: str, transcript: list[dict]) -> str:
-    """What a first reply to an introduction is, the name first: a refusal that echoes the name
-    counts as "the name", as it does for ``greets_by_name``."""
+    """What a first reply to an introduction is. A refusal that echoes the name ("I have no tool
+    for the as Cem, ...") is a refusal here, though ``greets_by_name``, which only asks whether the
+    reply holds the name, counts it."""
     text = final_text(transcript)
-    if name in text:
-        return "the name"
     if calls_in(transcript):
         return "a tool call"
     if text.startswith("I have no") or "can't" in text:  # the missing kind's refusals
         return "a refusal"
+    if name in text:
+        return "a greeting with the name"
     return "a greeting, another word" if any(text.startswith(g) for g in GREETINGS) else "other"
 
 
