@@ -46,3 +46,26 @@ def test_an_open_setting_changes_the_training_pairs_only(setting):
         return [(p.prompt, p.tools, p.chosen, p.rejected) for p in pairs]
     assert seen(plain(8, "heldout", 3)) == seen(shaped(8, "heldout", 3))
     assert seen(plain(24, "train", 3)) != seen(shaped(24, "train", 3))
+
+
+def test_a_greeting_share_changes_the_training_pairs_only():
+    from llmkit.course.recipe_training import pair_source
+    from llmkit.tokens.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load("data/models/base/tokenizer.json")
+    plain, shaped = pair_source(tokenizer, 1024), pair_source(tokenizer, 1024, greetings=0.5)
+
+    def seen(pairs) -> list:
+        return [(p.prompt, p.tools, p.chosen, p.rejected) for p in pairs]
+    assert seen(plain(8, "heldout", 3)) == seen(shaped(8, "heldout", 3))
+    assert seen(plain(24, "train", 3)) != seen(shaped(24, "train", 3))
+
+
+def test_an_sft_stage_refuses_a_greeting_share():
+    from llmkit.course.recipe_training import finetune_stage
+
+    class Config:
+        base_model = "data/models/base"
+
+    with pytest.raises(ValueError, match="greetings"):
+        finetune_stage("sft", Config(), resume=False, stop_after=None, progress=False, greetings=0.2)

@@ -279,6 +279,27 @@ def test_preference_pairs_render_and_differ(tokenizer):
         assert ids["chosen"] != ids["rejected"]
 
 
+def test_greeting_pairs_prefer_the_name_on_the_introduction_alone(tokenizer):
+    pairs = make_skill_preferences(300, split="train", seed=1, greetings=0.2)
+    greetings = [p for p in pairs if len(p.prompt) == 1 and p.kind in ("memory", "memory_open")]
+    assert 30 <= len(greetings) <= 90 and {p.kind for p in greetings} == {"memory", "memory_open"}
+    for pair in greetings:
+        spoken = pair.prompt[0]["content"]
+        assert pair.prompt[0]["role"] == "user" and pair.chosen["role"] == "assistant"
+        greeted = re.match(r"(?:Nice to meet you, |Hello, |Hi )([^\s,!]+)", pair.chosen["content"]).group(1)
+        assert greeted in spoken and greeted not in pair.rejected["content"]
+        ids = pair.render(tokenizer)
+        assert ids["chosen"] != ids["rejected"]
+
+
+def test_no_greeting_share_leaves_the_pairs_as_they_were():
+    plain = make_skill_preferences(30, split="train", seed=2)
+    assert make_skill_preferences(30, split="train", seed=2, greetings=0.0) == plain
+    assert make_skill_preferences(30, split="train", seed=2, greetings=0.5) != plain
+    with pytest.raises(ValueError, match="share"):
+        make_skill_preferences(3, greetings=1.5)
+
+
 # ------------------------------------------------------------------------------------------ the driver
 class ReplayClient:
     """Answers each request with the next assistant message of the matching conversation: a

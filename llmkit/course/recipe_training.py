@@ -86,11 +86,12 @@ def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: floa
 
 
 def pair_source(tokenizer, context: int, open_framing: bool = False, open_enums: bool = False,
-                open_talk: bool = False):
+                open_talk: bool = False, greetings: float = 0.0):
     """``(n, split, seed) -> skill preference pairs`` whose longer answer fits ``context`` (for DPO).
 
     The open data settings shape the training pairs as ``conversation_source``'s shape the SFT
-    conversations; the held-out pairs never change."""
+    conversations; ``greetings`` is the share of training pairs on an introduction's greeting
+    (``skill_preferences.greeting_preference``). The held-out pairs never change."""
     def length(pair) -> int:
         ids = pair.render(tokenizer)
         return len(ids["prompt"]) + max(len(ids["chosen"]), len(ids["rejected"]))
@@ -100,7 +101,8 @@ def pair_source(tokenizer, context: int, open_framing: bool = False, open_enums:
         return fitting(lambda k, s: make_skill_preferences(k, split=_split(split), seed=s,
                                                            open_framing=open_framing and train,
                                                            open_enums=open_enums and train,
-                                                           open_talk=open_talk and train),
+                                                           open_talk=open_talk and train,
+                                                           greetings=greetings if train else 0.0),
                        n, length, context, seed)
     return source
 
@@ -137,12 +139,13 @@ def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
 def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, resume: bool, stop_after: int | None,
                    progress: bool, lookup_weight: float = 1.0, wider_phrasings: bool = False,
                    open_framing: bool = False, mix: dict | None = None, open_enums: bool = False,
-                   open_talk: bool = False) -> bool:
+                   open_talk: bool = False, greetings: float = 0.0) -> bool:
     """Run one SFT or DPO stage on the course's skill data; True when it finished (``model/`` written).
 
     ``probe``: settings for ``skill_probe`` (``{}`` for its defaults), or None for no probe;
     ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``, ``open_enums``, ``open_talk``: see
-    ``conversation_source`` (SFT only, but for the three open settings, which ``pair_source`` takes too)."""
+    ``conversation_source`` (SFT only, but for the three open settings, which ``pair_source`` takes too);
+    ``greetings``: see ``pair_source`` (DPO only)."""
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.finetune import finetune
 
@@ -150,11 +153,14 @@ def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, re
     if stage != "sft" and shaping:
         raise ValueError(f"lookup_weight, wider_phrasings and mix shape SFT conversations; a {stage} stage "
                          f"cannot take them (it takes open_framing, open_enums and open_talk)")
+    if stage == "sft" and greetings:
+        raise ValueError("greetings is a share of DPO's preference pairs; an sft stage cannot take it "
+                         "(put memory_open in its mix to train on more introductions)")
     tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
     context = _context_of(cfg.base_model)
     source = (conversation_source(tokenizer, context, kinds, lookup_weight, wider_phrasings, open_framing, mix,
                                   open_enums, open_talk)
-              if stage == "sft" else pair_source(tokenizer, context, open_framing, open_enums, open_talk))
+              if stage == "sft" else pair_source(tokenizer, context, open_framing, open_enums, open_talk, greetings))
     finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress,
              probe=None if probe is None else skill_probe(tokenizer, probe))
     return stop_after is None or stop_after >= cfg.max_steps

@@ -10,6 +10,7 @@ import random
 
 from llmkit.course.preferences import Preference
 from llmkit.course.skills import SkillConversation, make_skill
+from llmkit.course.skill_scores import introduction
 from llmkit.course.values import draw
 
 
@@ -40,6 +41,23 @@ def skill_preference(conversation: SkillConversation, rng: random.Random) -> Pre
                       chosen, rejected)
 
 
+def greeting_preference(conversation: SkillConversation, rng: random.Random) -> Preference:
+    """A DPO pair on a memory conversation's introduction: the greeting by name (chosen) against
+    the refusal of a missing tool, or a greeting of another word of the introduction (rejected)."""
+    intro = introduction(conversation)
+    name = conversation.expected.name
+    others = [w.strip(".,!?:;'\"") for w in intro.messages[0]["content"].split()]
+    others = [w for w in others if w and name not in w] or ["there"]
+    word = rng.choice(others)
+    if rng.random() < 0.5:
+        text = rng.choice([f"I have no tool for the {word}, so I can't know it.",
+                           f"Sorry, I don't have a tool that gives the {word}."])
+    else:
+        text = f"Nice to meet you, {word}!"
+    return Preference(conversation.kind, conversation.split, intro.messages[:1], conversation.definitions or None,
+                      conversation.system, intro.messages[1], {"role": "assistant", "content": text})
+
+
 def _miscopy(rng: random.Random, value):
     """A near miss of a value: the error a model that remembers instead of copying makes."""
     if isinstance(value, bool):
@@ -53,19 +71,26 @@ def _miscopy(rng: random.Random, value):
 
 
 def make_skill_preferences(n: int, *, split: str = "train", seed: int = 0, open_framing: bool = False,
-                           open_enums: bool = False, open_talk: bool = False) -> list[Preference]:
+                           open_enums: bool = False, open_talk: bool = False,
+                           greetings: float = 0.0) -> list[Preference]:
     """``n`` DPO pairs of ``split`` (kinds with a clear mistake to prefer against).
 
     ``open_framing``, ``open_enums``, ``open_talk``: the conversations take the open data settings
     of ``make_skill``, so a preference stage can read the same kind of data as the SFT stages
-    before it."""
+    before it. ``greetings``: the share of pairs that are greeting pairs (``greeting_preference``),
+    on introductions of the memory kind or of open words (``memory_open``), half each."""
+    if isinstance(greetings, bool) or not isinstance(greetings, (int, float)) or not 0 <= greetings <= 1:
+        raise ValueError(f"greetings is a share of the pairs, from 0 to 1; got {greetings!r}")
     rng = random.Random(f"llmkit-skill-preferences|{split}|{seed}")
     pairs, i = [], 0
     while len(pairs) < n:
         kind = rng.choice(["tool", "tool", "weather", "letters", "arithmetic", "missing", "memory", "multi"])
+        greet = greetings and rng.random() < greetings
+        if greet:
+            kind = rng.choice(["memory", "memory_open"])
         conversation = make_skill(kind, split, f"pref|{seed}|{i}", open_framing=open_framing,
                                   open_enums=open_enums, open_talk=open_talk)
-        pair = skill_preference(conversation, rng)
+        pair = greeting_preference(conversation, rng) if greet else skill_preference(conversation, rng)
         i += 1
         if pair is not None:
             pairs.append(pair)
