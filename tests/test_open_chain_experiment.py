@@ -20,7 +20,7 @@ def test_the_polish_goes_on_gently_on_the_skills_stage_data():
     assert polish["learning_rate"] == skills["min_learning_rate"] and polish["warmup_steps"] == 0
     assert all(polish[k] for k in ("open_framing", "open_enums", "open_talk"))
     assert {k: v for k, v in polish["mix"].items() if k in skills["mix"]} == skills["mix"]
-    assert set(polish["mix"]) - set(skills["mix"]) == {"own_tool_open", "memory_open"}
+    assert set(polish["mix"]) - set(skills["mix"]) == {"own_tool_open"}
 
 
 def test_dpo_and_evals_are_the_main_recipes():
