@@ -2,6 +2,7 @@
 the scores judge hand-made transcripts right."""
 import copy
 import json
+import random
 import re
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from llmkit.chat.markers import marker_ids
 from llmkit.chat.template import render
 from llmkit.course.phrasing_pools import TRAIN
-from llmkit.course.skill_preferences import make_skill_preferences
+from llmkit.course.skill_preferences import greeting_preference, make_skill_preferences
 from llmkit.course.skill_scores import (INTRODUCING_KINDS, SCORES, calls_in, conversations_run, evaluate_skills, final_text,
                                        fractions, introduction, repeats, score)
 from llmkit.course import own_tools
@@ -298,6 +299,8 @@ def test_no_greeting_share_leaves_the_pairs_as_they_were():
     assert make_skill_preferences(30, split="train", seed=2, greetings=0.5) != plain
     with pytest.raises(ValueError, match="share"):
         make_skill_preferences(3, greetings=1.5)
+    with pytest.raises(ValueError, match="introduces a name"):
+        greeting_preference(make_skill("tool", "train", 0), random.Random(0))
 
 
 # ------------------------------------------------------------------------------------------ the driver

@@ -44,8 +44,11 @@ def skill_preference(conversation: SkillConversation, rng: random.Random) -> Pre
 def greeting_preference(conversation: SkillConversation, rng: random.Random) -> Preference:
     """A DPO pair on a memory conversation's introduction: the greeting by name (chosen) against
     the refusal of a missing tool, or a greeting of another word of the introduction (rejected)."""
-    intro = introduction(conversation)
     name = conversation.expected.name
+    if not name:
+        raise ValueError(f"a greeting pair needs a conversation that introduces a name (memory, memory_open), "
+                         f"not one of kind {conversation.kind!r}")
+    intro = introduction(conversation)
     others = [w.strip(".,!?:;'\"") for w in intro.messages[0]["content"].split()]
     others = [w for w in others if w and name not in w] or ["there"]
     word = rng.choice(others)
