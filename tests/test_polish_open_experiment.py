@@ -26,7 +26,7 @@ def test_the_committed_logs_are_this_runs():
         assert done["chain"] == chain[names.index(stage)]
     log = [json.loads(line) for line in (FOLDER / "sft_polish" / "train_log.jsonl").read_text().splitlines()]
     steps = [row["step"] for row in log if row["kind"] == "train"]
-    assert steps == sorted(set(steps)) and steps[-1] == 1000  # resumed twice, no step logged twice
+    assert steps == sorted(set(steps)) and steps[-1] == 1000  # resumed once, no step logged twice
     report = json.loads((FOLDER / "evals" / "evals.json").read_text())
     measured = json.loads((FOLDER / "greeting.json").read_text())["models"]["open"]
     for split in report:  # measure.py replays the evals stage's memory conversations
