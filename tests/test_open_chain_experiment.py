@@ -29,3 +29,16 @@ def test_dpo_and_evals_are_the_main_recipes():
     assert names == main_names
     for stage in ("dpo", "evals"):
         assert stages[names.index(stage)]["settings"] == main[names.index(stage)]["settings"]
+
+
+def test_the_committed_logs_are_this_runs():
+    names, _, chain = recipe_chain(FOLDER / "recipe.json")
+    for stage in ("sft_skills", "sft_polish", "dpo", "evals"):
+        done = json.loads((FOLDER / stage / "done.json").read_text())
+        assert done["chain"] == chain[names.index(stage)]
+    for stage, last in (("sft_skills", 1200), ("sft_polish", 1000)):
+        log = [json.loads(line) for line in (FOLDER / stage / "train_log.jsonl").read_text().splitlines()]
+        steps = [row["step"] for row in log if row["kind"] == "train"]
+        assert steps == sorted(set(steps)) and steps[-1] == last  # the skills stage resumed once, no step twice
+    report = json.loads((FOLDER / "evals" / "evals.json").read_text())
+    assert set(report) == {"seen", "unseen_values", "unseen_phrasings_and_tools"}
