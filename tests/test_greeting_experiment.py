@@ -18,6 +18,14 @@ def test_the_shipped_models_memory_figures_equal_its_evals_report():
         assert shipped[split]["n_greets_by_name"] == 100
 
 
+def test_the_no_restart_figures_are_that_runs_model():
+    """``no_restart`` is ``../polish_no_restart/``'s chat model: its memory equals that run's evals."""
+    measured = json.loads((FOLDER / "results.json").read_text())["models"]["no_restart"]
+    evals = json.loads((EXPERIMENTS / "polish_no_restart" / "evals" / "evals.json").read_text())
+    for split in SPLITS:
+        assert measured[split]["memory"] == evals[split]["memory"]
+
+
 def test_first_replies_are_sorted_into_every_kind_and_add_up():
     measure = load_experiment("greeting", "measure.py")
     for model in json.loads((FOLDER / "results.json").read_text())["models"].values():
