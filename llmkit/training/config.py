@@ -196,7 +196,7 @@ class FinetuneConfig(RunConfig):
 
     base_model: str = "base"  # "base", "chat" (the shipped models) or a model folder
     heldout_examples: int = 96  # held-out conversations (or pairs) scored every eval_every steps
-    dropout: float = 0.0  # synthetic data never repeats, so the base model's dropout only slows learning
+    dropout: float = 0.0  # 0.1 in sft_skills fit less and copied no better (data/experiments/dropout/)
     beta: float = 0.1  # DPO: how strongly rewards are measured against the reference
     sft_weight: float = 0.0  # DPO: weight of the chosen answers' own next-token loss (see DPOObjective)
     positive_weight: float = 0.0  # DPO-Positive: cost of the chosen answer falling below the reference (dpo_loss)
