@@ -34,3 +34,17 @@ def test_the_committed_results_hold_each_split_of_the_same_model_and_conversatio
         assert results["greedy"][split]["n_args_exact"] == results["per_kind"] * len(kinds)
     for split, copy in results["argument_copy"].items():
         assert copy["n"] > 100 and 0 <= copy["right"] <= copy["first_token"] <= 1
+
+
+def test_the_open_chain_results_are_that_runs_model_and_conversations():
+    script = load_experiment("held_out_factors", "measure.py")
+
+    results = json.loads((FOLDER / "open_chain.json").read_text())
+    evals = json.loads((EXPERIMENTS / "open_chain" / "evals" / "evals.json").read_text())
+    shipped = json.loads((FOLDER / "results.json").read_text())
+    assert results["kinds"] == shipped["kinds"] == script.argument_kinds(evals)
+    for split in script.OUTER_SPLITS:
+        assert results["greedy"][split] == script.pooled(evals[split]["kinds"], results["kinds"])
+    for split in script.ONE_FACTOR_SPLITS:
+        assert results["greedy"][split] == script.pooled(results["measured_by_kind"][split], results["kinds"])
+        assert results["greedy"][split]["n_args_exact"] == shipped["greedy"][split]["n_args_exact"]
