@@ -1,6 +1,8 @@
 """data/experiments/held_out_factors/: the one-factor splits, measured beside the evals' own splits."""
 import json
 
+import pytest
+
 from experiment_script import EXPERIMENTS, load_experiment
 
 FOLDER = EXPERIMENTS / "held_out_factors"
@@ -36,13 +38,14 @@ def test_the_committed_results_hold_each_split_of_the_same_model_and_conversatio
         assert copy["n"] > 100 and 0 <= copy["right"] <= copy["first_token"] <= 1
 
 
-def test_the_open_chain_results_are_that_runs_model_and_conversations():
+@pytest.mark.parametrize("run", ["open_chain", "polish_open"])
+def test_another_runs_results_are_that_runs_model_and_conversations(run):
     script = load_experiment("held_out_factors", "measure.py")
 
-    results = json.loads((FOLDER / "open_chain.json").read_text())
-    evals = json.loads((EXPERIMENTS / "open_chain" / "evals" / "evals.json").read_text())
+    results = json.loads((FOLDER / f"{run}.json").read_text())
+    evals = json.loads((EXPERIMENTS / run / "evals" / "evals.json").read_text())
     shipped = json.loads((FOLDER / "results.json").read_text())
-    assert results["kinds"] == shipped["kinds"] == script.argument_kinds(evals)
+    assert results["model"] == run and results["kinds"] == shipped["kinds"] == script.argument_kinds(evals)
     for split in script.OUTER_SPLITS:
         assert results["greedy"][split] == script.pooled(evals[split]["kinds"], results["kinds"])
     for split in script.ONE_FACTOR_SPLITS:
