@@ -17,6 +17,14 @@ def test_scores_pool_over_kinds_by_how_many_each_scored():
     assert pooled["args_exact"] == (10 * 1.0 + 30 * 0.5) / 40 and pooled["n_args_exact"] == 40
 
 
+def test_a_model_is_a_folder_by_path_or_a_shipped_model_by_name(tmp_path):
+    script = load_experiment("held_out_factors", "measure.py")
+    from llmkit.paths import data_path
+
+    assert script.model_folder(str(tmp_path)) == tmp_path
+    assert script.model_folder("chat") == data_path("models", "chat")
+
+
 def test_the_committed_results_hold_each_split_of_the_same_model_and_conversations():
     script = load_experiment("held_out_factors", "measure.py")
     from llmkit.course.skill_conversation import SPLIT_SOURCES
@@ -45,7 +53,9 @@ def test_another_runs_results_are_that_runs_model_and_conversations(run):
     results = json.loads((FOLDER / f"{run}.json").read_text())
     evals = json.loads((EXPERIMENTS / run / "evals" / "evals.json").read_text())
     shipped = json.loads((FOLDER / "results.json").read_text())
-    assert results["model"] == run and results["kinds"] == shipped["kinds"] == script.argument_kinds(evals)
+    assert f"--model {results['model']} " in results["command"]  # that run's folder, named in the command
+    assert results["command"].endswith(f"--out data/experiments/held_out_factors/{run}.json")
+    assert results["kinds"] == shipped["kinds"] == script.argument_kinds(evals)
     for split in script.OUTER_SPLITS:
         assert results["greedy"][split] == script.pooled(evals[split]["kinds"], results["kinds"])
     for split in script.ONE_FACTOR_SPLITS:

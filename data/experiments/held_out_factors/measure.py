@@ -11,6 +11,11 @@ whose replies carry arguments. It also measures teacher-forced ``argument_copy``
 splits. The two outer splits' greedy scores come from the model's committed ``evals.json``: a
 conversation depends only on its split, kind, index and seed, so they are the same conversations.
 It prints one table and writes results.json beside this script (``--out`` elsewhere).
+
+    python data/experiments/held_out_factors/measure.py --show letters [--model chat] [--n 6]
+
+prints instead the first ``--n`` conversations of one kind on ``unseen_values`` and
+``unseen_phrasings`` (the evals' seed): the request, the call it wants and the call the model wrote.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import torch
 
 from llmkit.chat.client import Client
 from llmkit.course.forced_scores import TOOL_CALLING_KINDS, argument_copy
-from llmkit.course.skill_scores import evaluate_skills
+from llmkit.course.skill_scores import args_exact, calls_in, evaluate_skills, run_one
 from llmkit.course.skills import make_skills
 from llmkit.files import atomic_write
 from llmkit.paths import data_path
@@ -51,9 +56,14 @@ def pooled(by_kind: dict[str, dict], kinds: list[str]) -> dict[str, float | int]
     return out
 
 
+def model_folder(model: str) -> Path:
+    """A folder given by path, or a shipped model by name ("chat")."""
+    return Path(model) if Path(model).is_dir() else data_path("models", model)
+
+
 def measure(model: str, per_kind: int) -> dict:
     """Greedy scores on the one-factor splits, the outer ones from evals.json, teacher-forced copy on all."""
-    folder = data_path("models", model) if "/" not in model else Path(model)
+    folder = model_folder(model)
     committed = json.loads((folder / "evals.json").read_text())
     settings = json.loads(data_path("models", "recipe", "evals.json").read_text())
     if per_kind != settings["per_kind"]:
@@ -82,15 +92,34 @@ def print_table(result: dict) -> None:
               + f"   {copy['right']:.2f} / {copy['first_token']:.2f} (n {copy['n']})")
 
 
+def show(model: str, kind: str, n: int) -> None:
+    """The first ``n`` conversations of ``kind``, with only the values new and with the phrasings new:
+    what was asked, the call that fits and the call the model wrote (greedy, one at a time)."""
+    settings = json.loads(data_path("models", "recipe", "evals.json").read_text())
+    client = Client(model_folder(model))
+    for split in ("unseen_values", "unseen_phrasings"):
+        for spec in make_skills(n, split=split, seed=settings["seed"], kinds=[kind]):
+            transcript, _ = run_one(client, spec, max_tokens=settings["max_tokens"])
+            written = [(call["name"], call["input"]) for call in calls_in(transcript)][:1]
+            wanted = spec.expected.calls[:1]
+            print(f"{split} | {spec.messages[0]['content']} | wanted {wanted} | wrote {written} | "
+                  f"exact {args_exact(spec, transcript)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="chat", help="a shipped model's name, or a folder with evals.json")
     parser.add_argument("--per-kind", type=int, default=100)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
+    parser.add_argument("--show", metavar="KIND", help="instead, print a few conversations of this kind")
+    parser.add_argument("--n", type=int, default=6, help="conversations per split for --show")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.show:
+        show(args.model, args.show, args.n)
+        return
     result = measure(args.model, args.per_kind)
     print_table(result)
     command = "python data/experiments/held_out_factors/measure.py " + " ".join(sys.argv[1:])
