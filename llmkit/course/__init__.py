@@ -4,7 +4,8 @@
                                        and their values, splits and the Conversation type
     preferences, strawberry            DPO pairs (make_preferences); the strawberry experiment's tasks
     skills, skill_preferences, ...     the skill data of the recipe (skill_conversation: the type and splits;
-                                       phrasing, open_framing, open_talk, own_tools, toolgen, values, entities)
+                                       phrasing, open_framing, open_talk, open_forms, own_tools, toolgen,
+                                       values, entities)
     tools, calculator, search          the example tools (get_weather, count_letters, calculator, web_search)
     react                              the legacy ReAct text protocol and why parsing it fails
     evals, call_failures               held-out scores through the one harness loop; how often calls fail

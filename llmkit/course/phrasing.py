@@ -82,7 +82,8 @@ GRAMMARS = {(intent, split): grammar(intent, split) for intent in INTENTS for sp
 
 def template(rng: random.Random, intent: str, split: str = "train", *, noise: bool = True,
              chatter: Callable[[], str] | None = None, later_forms: bool = False, wider: bool = False,
-             form: str | None = None, talk: Callable[[str], str] | None = None) -> str:
+             form: str | None = None, talk: Callable[[str], str] | None = None,
+             reword: Callable[[str], str] | None = None) -> str:
     """One surface form of ``intent`` with its ``{slots}`` still unfilled.
 
     A form is always there; everything else is optional. A request in two sentences comes from
@@ -94,6 +95,8 @@ def template(rng: random.Random, intent: str, split: str = "train", *, noise: bo
     written elsewhere (``open_framing.open_form``); the talk around it is the grammar's. ``talk``,
     a function of a role ("opener", "before", "polite", "after", "closer"), writes the talk instead
     of the grammar's pieces (``open_talk.talk_maker``); when and where talk goes stays the same.
+    ``reword``, a function of a form, edits the form the grammar chose (``open_forms.open_form_words``);
+    a form given as ``form`` is left as it is.
     """
     def pick(role: str, pieces: tuple[str, ...]) -> str:
         return talk(role) if talk else rng.choice(pieces)
@@ -101,6 +104,8 @@ def template(rng: random.Random, intent: str, split: str = "train", *, noise: bo
     g = GRAMMARS[(intent, phrasing_split(split))]
     if form is None:
         form = rng.choice(g.forms + (g.later_forms if later_forms else ()) + (g.wider_forms if wider else ()))
+        if reword:
+            form = reword(form)
     parts = []
     if rng.random() < 0.35:
         parts.append(pick("opener", g.openers))

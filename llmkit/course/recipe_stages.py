@@ -212,7 +212,7 @@ def has_checkpoint(folder: Path) -> bool:
 
 # a fine-tuning stage's settings about the course's data
 COURSE_SETTINGS = ("kinds", "probe", "lookup_weight", "wider_phrasings", "open_framing", "open_enums", "open_talk",
-                   "mix", "greetings")
+                   "open_forms", "mix", "greetings")
 
 
 def _finetune_config(settings: dict, base: Path, folder: Path, device: str | None):
@@ -249,7 +249,8 @@ def run_finetune(stage: str, settings: dict, folder: Path, log: logging.Logger, 
                           wider_phrasings=settings.get("wider_phrasings", False),
                           open_framing=settings.get("open_framing", False), mix=settings.get("mix"),
                           open_enums=settings.get("open_enums", False),
-                          open_talk=settings.get("open_talk", False), greetings=settings.get("greetings", 0.0)):
+                          open_talk=settings.get("open_talk", False), greetings=settings.get("greetings", 0.0),
+                          open_forms=settings.get("open_forms", False)):
         return None
     # the copy a recipe may ship part-way (say the skills model, to go on in a later sitting);
     # a stage that ships hands it, not model/, to the next stage, trained or restored alike

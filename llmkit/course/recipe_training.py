@@ -54,7 +54,7 @@ def _split(split: str) -> str:
 
 def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: float = 1.0,
                         wider_phrasings: bool = False, open_framing: bool = False, mix: dict | None = None,
-                        open_enums: bool = False, open_talk: bool = False):
+                        open_enums: bool = False, open_talk: bool = False, open_forms: bool = False):
     """``(n, split, seed) -> skill conversations`` that fit ``context`` (for SFT).
 
     ``lookup_weight`` weights the names the lookups write in the training loss
@@ -64,7 +64,8 @@ def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: floa
     generated-tool requests take their connecting words from an open pool (``open_framing``);
     ``open_enums``: their tools' enums and booleans are named, and enums' options drawn, like other
     tool words; ``open_talk``: half their requests take the talk around them from an open pool
-    (``open_talk``); ``mix`` draws the training kinds by other shares than ``skills.MIX``. The held-out
+    (``open_talk``); ``open_forms``: half their requests have words of their form swapped, dropped or
+    added (``open_forms``); ``mix`` draws the training kinds by other shares than ``skills.MIX``. The held-out
     conversations never change.
     """
     if isinstance(lookup_weight, bool) or not isinstance(lookup_weight, (int, float)) or not lookup_weight > 0:
@@ -78,7 +79,7 @@ def conversation_source(tokenizer, context: int, kinds=None, lookup_weight: floa
         chosen = fitting(lambda k, s: make_skills(k, split=_split(split), seed=s, kinds=kinds,
                                                   wider_phrasings=wider_phrasings and train,
                                                   open_framing=open_framing and train, open_enums=open_enums and train,
-                                                  open_talk=open_talk and train,
+                                                  open_talk=open_talk and train, open_forms=open_forms and train,
                                                   mix=mix if train else None), n,
                          lambda c: len(c.render(tokenizer)), context, seed)
         return weighted(chosen) if train and lookup_weight != 1 else chosen
@@ -139,19 +140,19 @@ def skill_probe(tokenizer, settings: dict | None = None) -> Callable:
 def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, resume: bool, stop_after: int | None,
                    progress: bool, lookup_weight: float = 1.0, wider_phrasings: bool = False,
                    open_framing: bool = False, mix: dict | None = None, open_enums: bool = False,
-                   open_talk: bool = False, greetings: float = 0.0) -> bool:
+                   open_talk: bool = False, greetings: float = 0.0, open_forms: bool = False) -> bool:
     """Run one SFT or DPO stage on the course's skill data; True when it finished (``model/`` written).
 
     ``probe``: settings for ``skill_probe`` (``{}`` for its defaults), or None for no probe;
-    ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``, ``open_enums``, ``open_talk``: see
+    ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``, ``open_enums``, ``open_talk``, ``open_forms``: see
     ``conversation_source`` (SFT only, but for the three open settings, which ``pair_source`` takes too);
     ``greetings``: see ``pair_source`` (DPO only)."""
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.finetune import finetune
 
-    shaping = lookup_weight != 1 or wider_phrasings or mix is not None
+    shaping = lookup_weight != 1 or wider_phrasings or mix is not None or open_forms
     if stage != "sft" and shaping:
-        raise ValueError(f"lookup_weight, wider_phrasings and mix shape SFT conversations; a {stage} stage "
+        raise ValueError(f"lookup_weight, wider_phrasings, mix and open_forms shape SFT conversations; a {stage} stage "
                          f"cannot take them (it takes open_framing, open_enums and open_talk)")
     if stage == "sft" and greetings:
         raise ValueError("greetings is a share of DPO's preference pairs; an sft stage cannot take it "
@@ -159,7 +160,7 @@ def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, re
     tokenizer = Tokenizer.load(Path(cfg.base_model) / "tokenizer.json")
     context = _context_of(cfg.base_model)
     source = (conversation_source(tokenizer, context, kinds, lookup_weight, wider_phrasings, open_framing, mix,
-                                  open_enums, open_talk)
+                                  open_enums, open_talk, open_forms)
               if stage == "sft" else pair_source(tokenizer, context, open_framing, open_enums, open_talk, greetings))
     finetune(stage, cfg, source, resume=resume, stop_after=stop_after, progress=progress,
              probe=None if probe is None else skill_probe(tokenizer, probe))

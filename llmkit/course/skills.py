@@ -33,6 +33,7 @@ from typing import Callable
 from llmkit.chat.tools import Tool, run_tool_call
 from llmkit.course.lookups import call_note, lookup_note
 from llmkit.course.open_framing import OPEN_RATE, open_argument_styles, open_form, open_joiners, tool_words
+from llmkit.course.open_forms import OPEN_FORMS_RATE, open_form_words, value_words
 from llmkit.course.open_talk import OPEN_TALK_RATE, open_introduction, talk_maker
 from llmkit.course.own_tools import own_tool_conversation
 from llmkit.course.phrasing import fill, template
@@ -64,19 +65,25 @@ class _Builder:
     """The state one conversation is built with: its random stream and its three splits."""
 
     def __init__(self, rng: random.Random, split: str, invent_every_word: bool = True, wider: bool = False,
-                 open_framing: bool = False, open_enums: bool = False, open_talk: bool = False):
+                 open_framing: bool = False, open_enums: bool = False, open_talk: bool = False,
+                 open_forms: bool = False):
         self.rng, self.split, self.invent_every_word, self.wider, self.calls = rng, split, invent_every_word, wider, 0
         self.open_framing, self.open_enums = open_framing, open_enums
         self.phrasing, self.tool_split, self.value_split = splits_of(split)
         self.open_talk = open_talk and self.phrasing == "train"
+        self.open_forms = open_forms and self.phrasing == "train"
         self.pieces = TRAIN if self.phrasing == "train" else HELDOUT
 
     def say(self, intent: str, form: str | None = None, **values) -> str:
         skill = self.invent_every_word  # False: the corpus's dialogues, whose text must stay what the base learned
         talk = talk_maker(self.rng) if self.open_talk and self.rng.random() < OPEN_TALK_RATE else None
+        reword = None
+        if self.open_forms and self.rng.random() < OPEN_FORMS_RATE:
+            def reword(chosen: str) -> str:
+                return open_form_words(self.rng, chosen, value_words(values))
         return fill(template(self.rng, intent, self.phrasing, later_forms=skill, wider=self.wider, form=form,
                              chatter=(lambda: chatter_word(self.rng, self.tool_split)) if skill else None,
-                             talk=talk), values)
+                             talk=talk, reword=reword), values)
 
     def new_tool(self, avoid: set[str] = frozenset()) -> GenTool:
         """A generated tool of this conversation's splits whose subject starts with no word of ``avoid``."""
@@ -384,7 +391,7 @@ BUILDERS = {"which": _which, "tool": lambda b: _single(b, "tool"), "weather": la
 
 def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: bool = True,
                wider_phrasings: bool = False, open_framing: bool = False, open_enums: bool = False,
-               open_talk: bool = False) -> SkillConversation:
+               open_talk: bool = False, open_forms: bool = False) -> SkillConversation:
     """One conversation of ``kind`` and ``split``: a pure function of (kind, split, seed).
 
     ``invent_every_word``: generated tools make up their measure and parameter names too, not only
@@ -396,16 +403,18 @@ def make_skill(kind: str, split: str, seed: int | str, *, invent_every_word: boo
     enum and boolean parameters are named, and enums' options drawn, like other tool words
     (``toolgen.make_param``). ``open_talk``: half the requests of a split with training phrasings
     take the talk around them (greeting, asides, sign-off) from an open pool (``open_talk``).
+    ``open_forms``: half the requests of a split with training phrasings have words of their form
+    swapped, dropped or added (``llmkit.course.open_forms``).
     """
     if kind not in BUILDERS:
         raise ValueError(f"unknown kind {kind!r}; choose from {KINDS}")
     return BUILDERS[kind](_Builder(random.Random(f"llmkit-skills|{kind}|{split}|{seed}"), split, invent_every_word,
-                                   wider_phrasings, open_framing, open_enums, open_talk))
+                                   wider_phrasings, open_framing, open_enums, open_talk, open_forms))
 
 
 def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None, wider_phrasings: bool = False,
                 open_framing: bool = False, open_enums: bool = False, open_talk: bool = False,
-                mix: dict[str, float] | None = None) -> list[SkillConversation]:
+                open_forms: bool = False, mix: dict[str, float] | None = None) -> list[SkillConversation]:
     """``n`` conversations of ``split``. ``kinds=None`` mixes the kinds by ``mix`` (kind -> share;
     ``MIX`` by default), drawn at random; a list of ``kinds`` takes turns."""
     splits_of(split)
@@ -424,7 +433,8 @@ def make_skills(n: int, *, split: str = "train", seed: int = 0, kinds=None, wide
             raise ValueError(f"kinds must be a non-empty list drawn from {KINDS}, got {kinds!r}")
         chosen = [kinds[i % len(kinds)] for i in range(n)]
     return [make_skill(kind, split, f"{seed}|{i}", wider_phrasings=wider_phrasings, open_framing=open_framing,
-                       open_enums=open_enums, open_talk=open_talk) for i, kind in enumerate(chosen)]
+                       open_enums=open_enums, open_talk=open_talk, open_forms=open_forms)
+            for i, kind in enumerate(chosen)]
 
 
 def checked_mix(mix) -> dict[str, float]:
