@@ -1,0 +1,53 @@
+"""data/experiments/open_forms/: open_talk's skills stage with open forms, its run and results are the recipe's."""
+import json
+
+from experiment_script import EXPERIMENTS
+
+FOLDER = EXPERIMENTS / "open_forms"
+
+
+def test_the_recipe_is_open_talks_skills_stage_with_only_open_forms_added():
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    recipe, before = load_recipe(FOLDER / "recipe.json"), load_recipe(EXPERIMENTS / "open_talk" / "recipe.json")
+    assert [s["name"] for s in recipe["stages"]] == [s["name"] for s in before["stages"]]
+    assert chain_hashes(recipe["stages"])[:-1] == chain_hashes(before["stages"])[:-1]
+    settings, theirs = recipe["stages"][-1]["settings"], before["stages"][-1]["settings"]
+    assert {k: v for k, v in settings.items() if theirs.get(k) != v} == {"open_forms": True}
+    assert set(theirs) <= set(settings)
+
+
+def test_the_committed_run_is_the_recipe_here():
+    from llmkit.course.recipe_stages import chain_hashes, load_recipe
+
+    recipe = load_recipe(FOLDER / "recipe.json")
+    done = json.loads((FOLDER / "sft_skills" / "done.json").read_text())
+    assert done["chain"] == chain_hashes(recipe["stages"])[-1]
+    logged = [json.loads(line) for line in (FOLDER / "sft_skills" / "train_log.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in logged if "loss" in r]
+    assert max(steps) == 1200 and len(steps) == len(set(steps))  # each step logged once, resumed or not
+
+
+def test_the_committed_results_are_measured_as_open_talks_were():
+    results = json.loads((FOLDER / "results.json").read_text())
+    before = json.loads((EXPERIMENTS / "open_talk" / "results.json").read_text())
+    assert set(results["models"]) == {"open_forms"}
+    for key in ("per_kind", "argument_conversations"):
+        assert results[key] == before[key]
+    ours, theirs = results["models"]["open_forms"], before["models"]["open_talk"]
+    for split, scores in theirs["evals"].items():
+        for kind, kind_scores in scores["kinds"].items():  # the same conversations, so the same counts
+            assert ours["evals"][split]["kinds"][kind]["n_right_tool"] == kind_scores["n_right_tool"]
+    for split, copy in theirs["argument_copy"].items():
+        assert ours["argument_copy"][split]["n"] == copy["n"]
+
+
+
+def test_the_first_tokens_sort_every_value_the_copy_score_counted():
+    results = json.loads((FOLDER / "results.json").read_text())
+    first = json.loads((FOLDER / "first_token.json").read_text())
+    assert first["n"] == results["argument_conversations"] and set(first["models"]) == {"open_forms"}
+    for split, counts in first["models"]["open_forms"].items():
+        copy = results["models"]["open_forms"]["argument_copy"][split]
+        assert sum(counts.values()) == copy["n"]
+        assert counts["right"] == round(copy["first_token"] * copy["n"])
