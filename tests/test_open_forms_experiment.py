@@ -1,7 +1,7 @@
 """data/experiments/open_forms/: open_talk's skills stage with open forms, its run and results are the recipe's."""
 import json
 
-from experiment_script import EXPERIMENTS
+from experiment_script import EXPERIMENTS, load_experiment
 
 FOLDER = EXPERIMENTS / "open_forms"
 
@@ -51,3 +51,17 @@ def test_the_first_tokens_sort_every_value_the_copy_score_counted():
         copy = results["models"]["open_forms"]["argument_copy"][split]
         assert sum(counts.values()) == copy["n"]
         assert counts["right"] == round(copy["first_token"] * copy["n"])
+
+
+def test_the_form_word_counts_are_the_scripts_on_the_shipped_shakespeare_and_cover_every_form_word():
+    from llmkit.paths import data_path
+
+    script = load_experiment("open_forms", "form_words.py")
+    shakespeare = json.loads((FOLDER / "form_words.json").read_text())
+    assert shakespeare == json.loads(json.dumps(script.measure(data_path("corpus", "train.txt").read_text("utf-8"))))
+    recipe = json.loads((FOLDER / "form_words_recipe.json").read_text())
+    for part in ("held_out_only", "training"):
+        assert set(recipe[part]["counts"]) == set(shakespeare[part]["counts"])
+        # the recipe's corpus is the Shakespeare text and more, so no word is counted fewer times there
+        assert all(recipe[part]["counts"][w] >= n for w, n in shakespeare[part]["counts"].items())
+    assert not set(shakespeare["held_out_only"]["counts"]) & set(shakespeare["training"]["counts"])
