@@ -41,3 +41,35 @@ def polish_changes(path: Path) -> dict:
     assert chain[:polish] == main_chain[:polish]
     assert [s["settings"] for s in stages[polish + 1:]] == [s["settings"] for s in main[polish + 1:]]
     return {k: v for k, v in stages[polish]["settings"].items() if main[polish]["settings"].get(k) != v}
+
+
+def assert_stage_run_is_the_recipes(folder: Path, stage: str = "sft_skills", steps: int = 1200) -> None:
+    """The committed ``done.json`` of ``folder/stage`` carries the chain hash of ``folder/recipe.json``'s
+    last stage, and its training log has every step up to ``steps`` once (resumed or not)."""
+    import json
+
+    _, _, chain = recipe_chain(folder / "recipe.json")
+    done = json.loads((folder / stage / "done.json").read_text())
+    assert done["chain"] == chain[-1]
+    logged = [json.loads(line) for line in (folder / stage / "train_log.jsonl").read_text().splitlines()]
+    logged_steps = [r["step"] for r in logged if "loss" in r]
+    assert max(logged_steps) == steps and len(logged_steps) == len(set(logged_steps))
+
+
+def user_texts(conversations) -> list[str]:
+    """Each conversation's user messages written as text, joined: where a request's values must appear."""
+    return [" ".join(str(m["content"]) for m in c.messages if m["role"] == "user" and isinstance(m["content"], str))
+            for c in conversations]
+
+
+def assert_values_spoken(conversations) -> None:
+    """Every argument value a conversation's calls need, and the name it must remember, is in the
+    user's words as a user would write it: what no rewording of a request may lose."""
+    from llmkit.course.toolgen import spoken
+
+    for c, text in zip(conversations, user_texts(conversations)):
+        for _, arguments in c.expected.calls:
+            for value in arguments.values():
+                assert spoken(value) in text, (text, value)
+        if c.expected.name:
+            assert c.expected.name in text

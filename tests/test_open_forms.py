@@ -4,6 +4,7 @@ import re
 from collections import Counter
 
 import pytest
+from experiment_script import assert_values_spoken, user_texts
 
 from llmkit.course.open_forms import open_form_words, value_words
 from llmkit.course.open_framing import heldout_words
@@ -11,7 +12,6 @@ from llmkit.course.open_talk import HELDOUT_OPTIONS
 from llmkit.course.phrasing import SLOT, TRAIN, fill, template
 from llmkit.course.recipe_training import finetune_stage
 from llmkit.course.skills import make_skills
-from llmkit.course.toolgen import spoken
 
 FORMS = [form for forms in TRAIN.forms.values() for form in forms]
 
@@ -64,11 +64,6 @@ def test_the_grammar_rewords_only_a_form_it_chose():
     assert any("WILL IT RAIN" in f or "WEATHER" in f or "FORECAST" in f for f in forms)
 
 
-def _user_texts(conversations) -> list[str]:
-    return [" ".join(str(m["content"]) for m in c.messages if m["role"] == "user" and isinstance(m["content"], str))
-            for c in conversations]
-
-
 def _holds_a_training_form(text: str, values: dict) -> bool:
     forms = TRAIN.forms["weather"]
     return any(fill(form, values).lower().rstrip("?.!") in text.lower() for form in forms)
@@ -77,17 +72,12 @@ def _holds_a_training_form(text: str, values: dict) -> bool:
 def test_open_forms_keep_every_value_and_edit_about_half_the_requests():
     kinds = ["tool", "weather", "letters", "arithmetic", "search", "memory"]
     opened = make_skills(600, split="train", seed=4, kinds=kinds, open_forms=True)
-    for c, text in zip(opened, _user_texts(opened)):
-        for _, arguments in c.expected.calls:
-            for value in arguments.values():
-                assert spoken(value) in text, (text, value)
-        if c.expected.name:
-            assert c.expected.name in text
+    assert_values_spoken(opened)
 
     def intact(open_forms: bool) -> float:
         conversations = make_skills(400, split="train", seed=6, kinds=["weather"], open_forms=open_forms)
         return sum(_holds_a_training_form(t, c.expected.calls[0][1])
-                   for c, t in zip(conversations, _user_texts(conversations))) / len(conversations)
+                   for c, t in zip(conversations, user_texts(conversations))) / len(conversations)
     plain, opened_share = intact(False), intact(True)
     assert plain > 0.9  # only a typo breaks a form of the grammar
     assert 0.35 < opened_share / plain < 0.65  # half the requests are edited, and an edit rarely leaves all words

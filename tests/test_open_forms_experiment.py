@@ -1,7 +1,7 @@
 """data/experiments/open_forms/: open_talk's skills stage with open forms, its run and results are the recipe's."""
 import json
 
-from experiment_script import EXPERIMENTS, load_experiment
+from experiment_script import EXPERIMENTS, assert_stage_run_is_the_recipes, load_experiment
 
 FOLDER = EXPERIMENTS / "open_forms"
 
@@ -18,14 +18,7 @@ def test_the_recipe_is_open_talks_skills_stage_with_only_open_forms_added():
 
 
 def test_the_committed_run_is_the_recipe_here():
-    from llmkit.course.recipe_stages import chain_hashes, load_recipe
-
-    recipe = load_recipe(FOLDER / "recipe.json")
-    done = json.loads((FOLDER / "sft_skills" / "done.json").read_text())
-    assert done["chain"] == chain_hashes(recipe["stages"])[-1]
-    logged = [json.loads(line) for line in (FOLDER / "sft_skills" / "train_log.jsonl").read_text().splitlines()]
-    steps = [r["step"] for r in logged if "loss" in r]
-    assert max(steps) == 1200 and len(steps) == len(set(steps))  # each step logged once, resumed or not
+    assert_stage_run_is_the_recipes(FOLDER)
 
 
 def test_the_committed_results_are_measured_as_open_talks_were():

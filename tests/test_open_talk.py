@@ -3,12 +3,13 @@ import random
 import re
 
 import pytest
+from experiment_script import assert_values_spoken, user_texts
 
 from llmkit.course.open_framing import heldout_words
 from llmkit.course.open_talk import HELDOUT_OPTIONS, TALK_ROLES, open_introduction, open_talk, talk_maker
 from llmkit.course.phrasing import TRAIN, template
 from llmkit.course.skills import make_skills
-from llmkit.course.toolgen import VOCABULARY, spoken
+from llmkit.course.toolgen import VOCABULARY
 
 
 def _words(text: str) -> set[str]:
@@ -46,27 +47,17 @@ def test_talk_replaces_the_grammars_pieces_and_leaves_the_slots():
         assert not any(piece in text for piece in grammar_pieces if len(piece) > 5)
 
 
-def _user_texts(conversations) -> list[str]:
-    return [" ".join(str(m["content"]) for m in c.messages if m["role"] == "user" and isinstance(m["content"], str))
-            for c in conversations]
-
-
 def test_open_talk_keeps_every_value_in_the_users_words_and_rewrites_about_half_the_talk():
     kinds = ["tool", "weather", "letters", "memory"]
     opened = make_skills(400, split="train", seed=4, kinds=kinds, open_talk=True)
-    for c, text in zip(opened, _user_texts(opened)):
-        for _, arguments in c.expected.calls:
-            for value in arguments.values():
-                assert spoken(value) in text, (text, value)
-        if c.expected.name:
-            assert c.expected.name in text
-    plain_texts = _user_texts(make_skills(400, split="train", seed=4, kinds=kinds))
+    assert_values_spoken(opened)
+    plain_texts = user_texts(make_skills(400, split="train", seed=4, kinds=kinds))
     openers = tuple(o.lower() for o in TRAIN.openers)
 
     def grammar_openers(texts) -> int:
         return sum(t.lower().startswith(openers) for t in texts)
     # half the requests take open talk, so about half the grammar's openers are left
-    assert 0.3 < grammar_openers(_user_texts(opened)) / grammar_openers(plain_texts) < 0.7
+    assert 0.3 < grammar_openers(user_texts(opened)) / grammar_openers(plain_texts) < 0.7
 
 
 def test_open_talk_never_reaches_the_split_of_unseen_phrasings():
