@@ -58,3 +58,14 @@ def test_the_form_word_counts_are_the_scripts_on_the_shipped_shakespeare_and_cov
         # the recipe's corpus is the Shakespeare text and more, so no word is counted fewer times there
         assert all(recipe[part]["counts"][w] >= n for w, n in shakespeare[part]["counts"].items())
     assert not set(shakespeare["held_out_only"]["counts"]) & set(shakespeare["training"]["counts"])
+
+
+def test_the_outcomes_by_form_count_the_same_conversations_as_open_talks():
+    ours = json.loads((FOLDER / "calls_by_form.json").read_text())
+    theirs = json.loads((EXPERIMENTS / "open_talk" / "calls_by_form.json").read_text())
+    assert (ours["per_kind"], ours["kinds"]) == (theirs["per_kind"], theirs["kinds"])
+    split = "unseen_phrasings_and_tools"
+    for kind, forms in theirs["by_form"]["open_talk"][split].items():
+        mine = ours["by_form"]["open_forms"][split][kind]
+        assert {f: sum(o.values()) for f, o in mine.items()} == {f: sum(o.values()) for f, o in forms.items()}
+        assert sum(ours["models"]["open_forms"][split][kind].values()) == ours["per_kind"]
