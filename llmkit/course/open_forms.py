@@ -15,6 +15,12 @@ then an open word is added after it: the random edits of "easy data augmentation
 it, and most of the form's words stay, so the request still says what it asks for; but no run of
 form words repeats often enough to be the thing learned.
 
+Measured at the end of ``sft_skills`` (data/experiments/open_forms/), it did not teach the copy:
+exact arguments on unseen phrasings and tools stayed where open talk had left them. What it
+changed is how often an unfamiliar request is refused. The held-out forms' own words ("tally",
+"crunch", "retrieve") are ones the base barely read in pretraining; shuffling the training
+forms cannot teach what those words mean.
+
 Held out by construction: ``open_word`` never draws a word of any held-out phrasing piece.
 """
 from __future__ import annotations

@@ -144,9 +144,9 @@ def finetune_stage(stage: str, cfg, *, kinds=None, probe: dict | None = None, re
     """Run one SFT or DPO stage on the course's skill data; True when it finished (``model/`` written).
 
     ``probe``: settings for ``skill_probe`` (``{}`` for its defaults), or None for no probe;
-    ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``, ``open_enums``, ``open_talk``, ``open_forms``: see
-    ``conversation_source`` (SFT only, but for the three open settings, which ``pair_source`` takes too);
-    ``greetings``: see ``pair_source`` (DPO only)."""
+    ``lookup_weight``, ``wider_phrasings``, ``open_framing``, ``mix``, ``open_enums``, ``open_talk``,
+    ``open_forms``: see ``conversation_source`` (SFT only, but for open_framing, open_enums and open_talk,
+    which ``pair_source`` takes too); ``greetings``: see ``pair_source`` (DPO only)."""
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.finetune import finetune
 
