@@ -1,5 +1,7 @@
 """data/experiments/open_forms/: open_talk's skills stage with open forms, its run and results are the recipe's."""
 import json
+import re
+from collections import Counter
 
 from experiment_script import EXPERIMENTS, assert_stage_run_is_the_recipes, load_experiment
 
@@ -69,3 +71,38 @@ def test_the_outcomes_by_form_count_the_same_conversations_as_open_talks():
         mine = ours["by_form"]["open_forms"][split][kind]
         assert {f: sum(o.values()) for f, o in mine.items()} == {f: sum(o.values()) for f, o in forms.items()}
         assert sum(ours["models"]["open_forms"][split][kind].values()) == ours["per_kind"]
+
+
+def test_each_pair_changes_only_rare_words_into_words_the_base_read_and_no_training_phrasing_uses():
+    from llmkit.course.open_framing import heldout_words
+    from llmkit.course.phrasing_pools import HELDOUT, TRAIN
+    from llmkit.paths import data_path
+
+    script = load_experiment("open_forms", "known_words.py")
+    recipe_counts = json.loads((FOLDER / "form_words_recipe.json").read_text())["held_out_only"]["counts"]
+    shakespeare = Counter(re.findall(r"[a-z']+", data_path("corpus", "train.txt").read_text("utf-8").lower()))
+    training_words = heldout_words(TRAIN)  # every word of every training phrasing piece
+    for kind, pairs in script.PAIRS.items():
+        for form, known in pairs.items():
+            assert form in HELDOUT.forms[kind] and script.SLOT.findall(form) == script.SLOT.findall(known)
+            old, new = (Counter(re.findall(r"[a-z']+", script.SLOT.sub(" ", f.lower()))) for f in (form, known))
+            gone, added = old - new, new - old
+            assert gone and added
+            rare = [w for w in gone if w not in training_words]  # "up" of "dig up" goes too
+            assert rare and all(recipe_counts[w] <= 10 for w in rare)  # the base read them ten times or fewer
+            assert all(shakespeare[w] >= 30 and w not in training_words for w in added)
+
+
+def test_a_reworded_request_keeps_its_values_and_casing_and_the_results_count_both_versions():
+    script = load_experiment("open_forms", "known_words.py")
+    form, known = "Tally up the {letter}'s within {word}.", "Cast up the {letter}'s within {word}."
+    assert script.reworded("Hi! be a dear: tally up the r's within Strawberry. Thanks", form, known) == \
+        "Hi! be a dear: cast up the r's within Strawberry. Thanks"
+    assert script.reworded("TALLY UP THE r'S WITHIN Kiwi.", form, known) == "CAST UP THE r'S WITHIN Kiwi."
+    assert script.reworded("How many r's in kiwi?", form, known) is None
+    result = json.loads((FOLDER / "known_words.json").read_text())
+    entries = [e for forms in result["by_form"].values() for e in forms.values()]
+    assert sum(e["n"] for e in entries) == result["n"]
+    for version in ("as_written", "known_words"):
+        assert result["totals"][version]["exact"] == sum(e[version]["exact"] for e in entries)
+        assert all(e[version]["exact"] <= e[version]["valid"] <= e["n"] for e in entries)  # an exact call is valid

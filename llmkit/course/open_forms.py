@@ -17,9 +17,9 @@ form words repeats often enough to be the thing learned.
 
 Measured at the end of ``sft_skills`` (data/experiments/open_forms/), it did not teach the copy:
 exact arguments on unseen phrasings and tools stayed where open talk had left them. What it
-changed is how often an unfamiliar request is refused. The held-out forms' own words ("tally",
-"crunch", "retrieve") are ones the base barely read in pretraining; shuffling the training
-forms cannot teach what those words mean.
+changed is how often an unfamiliar request is refused. Nor is it the held-out forms' rare words
+("tally", "crunch"): swapped for words the base read often, the same requests did no better.
+What a new wording changes that matters is the form itself, which this leaves in place.
 
 Held out by construction: ``open_word`` never draws a word of any held-out phrasing piece.
 """
