@@ -63,7 +63,7 @@ def form_pattern(form: str) -> re.Pattern:
 
 def in_case_of(literal: str, found: str) -> str:
     """``literal`` cased as ``found`` was: all lower, all upper, or lower-case first letter."""
-    if found.islower():
+    if not literal or found.islower():
         return literal.lower()
     if found.isupper():
         return literal.upper()
@@ -77,9 +77,8 @@ def reworded(text: str, form: str, known: str) -> str | None:
     if match is None:
         return None
     found_literals = _literals(match)
-    pieces = SLOT.split(known)
-    new = "".join(in_case_of(p, found_literals) if i % 2 == 0 and p else (match.group(p) if i % 2 else p)
-                  for i, p in enumerate(pieces))
+    pieces = SLOT.split(known)  # literal, slot, literal, slot, ..., literal
+    new = "".join(match.group(p) if i % 2 else in_case_of(p, found_literals) for i, p in enumerate(pieces))
     return text[:match.start()] + new + text[match.end():]
 
 
@@ -110,9 +109,10 @@ def paired_conversations(kind: str, per_kind: int, seed: int) -> list[tuple[str,
 
 
 def measure(model: str, per_kind: int) -> dict:
+    """Valid calls and exact arguments per paired form, as written and with known words, greedy with
+    the recipe's evals settings; ``model`` is a shipped model's name or a folder, as ``Client`` takes it."""
     settings = json.loads(data_path("models", "recipe", "evals.json").read_text())
-    folder = Path(model) if Path(model).is_dir() else data_path("models", model)
-    client = Client(folder)
+    client = Client(model)
     started = time.perf_counter()
     rows = [(kind, *row) for kind in PAIRS for row in paired_conversations(kind, per_kind, settings["seed"])]
     specs = [spec for _, _, written, known in rows for spec in (written, known)]
@@ -134,7 +134,7 @@ def measure(model: str, per_kind: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="chat", help="a shipped model's name, or a model folder")
+    parser.add_argument("--model", default="chat", help="a shipped model's name, or a model folder (a path)")
     parser.add_argument("--per-kind", type=int, default=200)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("known_words.json"))
