@@ -11,7 +11,7 @@ import torch
 from llmkit.chat.constrained import ToolCallConstraint, call_openings
 from llmkit.chat.markers import marker_ids
 from llmkit.chat.template import render
-from llmkit.generation.choice import option_log_probs, pick_option
+from llmkit.generation.choice import ROWS_AT_ONCE, option_log_probs, pick_option
 from llmkit.generation.generate import generate
 from llmkit.generation.sampling import GREEDY, SamplingParams
 from llmkit.model.transformer import ModelConfig
@@ -62,6 +62,26 @@ def test_option_scores_are_whole_sequence_log_probabilities(tokenizer):
             torch.cat([torch.tensor([context] * len(options)), fed], 1))[:, len(context):])
     for option, score in zip(options, scores.tolist()):
         assert score == pytest.approx(_log_prob(model, context, option), abs=1e-3)
+
+
+def test_many_options_keep_the_likeliest_by_their_first_two_tokens_and_score_them_whole(tokenizer):
+    """More options than ``ROWS_AT_ONCE`` (a conversation's spans): the beam keeps that many, by their
+    first two tokens, scores those exactly, and rules the rest out."""
+    model, prompt = _calling_model(tokenizer, seed=1)
+    context = prompt + [marker_ids(tokenizer)["tool_call"]]
+    opening = tokenizer.encode(' "')
+    words = [tokenizer.encode(f"w{i} x{i % 7}") for i in range(ROWS_AT_ONCE * 3)]
+    options = [opening + word for word in words] + [tokenizer.encode("z")]  # one option of a single token
+    with torch.no_grad():
+        logits = model(torch.tensor([context]))[0]
+        scores = option_log_probs(logits[-1], options, lambda fed: model(
+            torch.cat([torch.tensor([context] * fed.size(0)), fed], 1))[:, len(context):])
+    kept = [i for i, score in enumerate(scores.tolist()) if score != float("-inf")]
+    assert len(kept) == ROWS_AT_ONCE
+    two = [_log_prob(model, context, option[:2]) for option in options]
+    assert min(two[i] for i in kept) >= max(two[i] for i in range(len(options)) if i not in kept) - 1e-4
+    for i in kept:
+        assert scores[i].item() == pytest.approx(_log_prob(model, context, options[i]), abs=1e-3)
 
 
 def test_pick_option_takes_the_best_or_draws_in_proportion():

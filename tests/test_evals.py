@@ -7,6 +7,7 @@ import torch
 from llmkit.chat.parse import parse_assistant
 from llmkit.chat.template import render, stop_tokens
 from llmkit.course.conversations import make_conversations, weather_conversation
+from llmkit.course import evals as evals_module
 from llmkit.course.evals import (Transcript, answer_consistent, invents_number, names_user, score, tool_call_valid)
 from llmkit.generation.generate import generate
 from llmkit.paths import DATA_DIR
@@ -180,3 +181,20 @@ def test_tool_call_validity_examples_add_up_to_the_rates():
         assert rate == pytest.approx(sum(e["outcome"] == reason for e in examples) / 6, abs=1e-4)
     for example in examples:  # a harness answers exactly the calls it cannot run, with an error to read
         assert (example["harness_reply"] is None) == (example["outcome"] in ("valid", "no call"))
+
+
+@pytest.mark.parametrize("flag, mode", [([], True), (["--constrain-tools", "copy"], "copy"),
+                                        (["--constrain-tools", "off"], False)])
+def test_skills_command_passes_the_constrained_decoding_on(monkeypatch, capsys, flag, mode):
+    """``--skills --constrain-tools`` reaches the client's decoding; what each mode does is tested with
+    the constraint (tests/test_value_copy.py, tests/test_constrained.py)."""
+    seen = {}
+
+    def record(client, **settings):
+        seen.update(settings)
+        return {}
+
+    monkeypatch.setattr(evals_module, "evaluate_skills", record)
+    evals_module.main(["--model", "chat", "--skills", "--limit", "2", *flag])
+    assert seen["constrain_tools"] == mode and seen["per_kind"] == 2
+    assert json.loads(capsys.readouterr().out)["command"].endswith(f"--constrain-tools {flag[1] if flag else 'on'}")

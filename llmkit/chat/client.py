@@ -36,7 +36,9 @@ Each call is stateless: the whole conversation is rendered into one row of token
   off by ``max_tokens`` is still cut off), and the tool's name is chosen whole, by the model's
   probability of each offered name (``llmkit.generation.choice``). ``constrain_tools="per_token"``
   masks the name token by token like the rest of the call; ``constrain_tools=False`` shows what the
-  model writes on its own.
+  model writes on its own. ``constrain_tools="copy"`` also chooses every argument's value whole among
+  the values the conversation holds (``llmkit.chat.value_copy``): a value is then always copied
+  exactly, and a value nobody said cannot be written.
 - **Server tools.** A ``Tool`` marked ``server`` (``web_search``) is run by the client itself when
   the model calls it, inside the same request (``llmkit.chat.server_tools``); ``usage`` counts every
   round, since the context is read again after each result. A client tool's call still ends the
@@ -53,6 +55,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from llmkit.chat import value_copy
 from llmkit.chat.constrained import ToolCallConstraint
 from llmkit.chat.context import check_context_policy, context_parts, fit_context
 from llmkit.chat.message import ContentDelta, ContextWindowError, Message
@@ -176,14 +179,16 @@ class Messages:
         trace: an ``llmkit.chat.trace.Trace`` to record what happened.
         constrain_tools: with tools offered, only let the model write tool calls that parse and fit
             an offered tool's schema, the tool's name chosen whole (``llmkit.chat.constrained``);
-            "per_token" chooses the name token by token too; False leaves it unconstrained.
+            "per_token" chooses the name token by token too; "copy" also chooses each argument's value
+            whole among the conversation's spans and numbers; False leaves it unconstrained.
 
         The request is checked now, so a mistake raises here, before anything is generated.
         """
         request = self._prepare(messages, max_tokens, system, tools, stop_sequences, thinking, seed,
                                 SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
                                 cache, previous_id, context_policy, trace)
-        request.constraint = _tool_constraint(self._client.tokenizer, request.tools, constrain_tools)
+        request.constraint = _tool_constraint(self._client.tokenizer, request.tools, constrain_tools,
+                                              request.messages)
         return self._run(request)
 
     def render(self, *, messages: list[dict], system: str | None = None, tools=None,
@@ -340,16 +345,19 @@ def _thinking_enabled(thinking) -> bool:
     return thinking["type"] == "enabled"
 
 
-def _tool_constraint(tokenizer, tools: list, constrain: bool | str):
+def _tool_constraint(tokenizer, tools: list, constrain: bool | str, messages: list[dict]):
     """What makes a ``ToolCallConstraint`` per sample for ``generate``, or None (no tools, or off).
-    One is built here, so a schema the constraint cannot enforce raises now, with the request."""
-    if not isinstance(constrain, bool) and constrain != "per_token":
-        raise TypeError(f"constrain_tools must be True, False or \"per_token\", got {constrain!r}")
+    One is built here, so a schema the constraint cannot enforce raises now, with the request.
+    "copy" also chooses each string argument whole among the spans of ``messages``
+    (``llmkit.chat.value_copy``)."""
+    if not isinstance(constrain, bool) and constrain not in ("per_token", "copy"):
+        raise TypeError(f"constrain_tools must be True, False, \"per_token\" or \"copy\", got {constrain!r}")
     if not constrain or not tools:
         return None
-    whole = constrain is True
-    ToolCallConstraint(tokenizer, tools, choose_names=whole)
-    return functools.partial(ToolCallConstraint, tokenizer, tools, choose_names=whole)
+    whole = constrain != "per_token"
+    copy_from = value_copy.sources(messages) if constrain == "copy" else None
+    ToolCallConstraint(tokenizer, tools, choose_names=whole, copy_from=copy_from)
+    return functools.partial(ToolCallConstraint, tokenizer, tools, choose_names=whole, copy_from=copy_from)
 
 
 def _with_reply(request: _Request, content: list[dict]) -> list[dict]:

@@ -25,6 +25,9 @@ How a step decides which tokens are allowed:
    as a whole (``llmkit.generation.choice``), instead of committing to the name's first token. A
    small model often knows *which* tool fits (the words after ``get_`` say so) but not how its
    name begins; masking alone would let that first guess decide.
+5. With ``copy_from`` (the client's ``constrain_tools="copy"``) each argument's value is chosen whole
+   the same way, among the values the conversation holds: the spans of what the user said and what
+   tools returned, its numbers, an ``enum``'s or a boolean's options (``llmkit.chat.value_copy``).
 
 What it cannot do: a call cut off by ``max_tokens`` is still cut off, and valid is not right (a
 real city that is the wrong city is still wrong). A schema feature it cannot enforce (string
@@ -41,6 +44,7 @@ import torch
 
 from llmkit.chat.markers import marker_ids
 from llmkit.chat.tool_signature import tool_definitions
+from llmkit.chat.value_copy import ValueChoice
 from llmkit.generation.json_automaton import (Choice, Matcher, OneOf, Sequence, State, json_bytes,
                                              object_matcher)
 
@@ -186,9 +190,10 @@ class ToolCallConstraint:
     ``choose_names=False`` picks the name token by token, like every other part of the call.
     """
 
-    def __init__(self, tokenizer, tools, *, choose_names: bool = True):
+    def __init__(self, tokenizer, tools, *, choose_names: bool = True, copy_from: list[str] | None = None):
         self.markers = marker_ids(tokenizer)
         definitions = tool_definitions(tools)
+        self.values = ValueChoice(tokenizer, definitions, copy_from) if copy_from is not None and definitions else None
         self.grammar = _grammar(tokenizer, definitions) if definitions else None
         self.outside = torch.ones(dense_vocab_size(tokenizer), dtype=torch.bool)  # what may be drawn outside a call
         self.outside[self.markers["end_tool_call"]] = False
@@ -197,7 +202,9 @@ class ToolCallConstraint:
         self.mode = "text"  # "text", "thinking" or "call"
         self.state: State | None = None  # the automaton's state inside a call
         self.choose_names = choose_names and self.grammar is not None and self.grammar.openings is not None
-        self.forced: list[int] = []  # the rest of the chosen opening, still to be written
+        self.forced: list[int] = []  # the rest of the chosen option (a name's opening, a value), still to be written
+        self.offered: list[list[int]] = []  # the options of the last choice offered
+        self.call_bytes = bytearray()  # what this call has written so far
 
     @property
     def in_call(self) -> bool:
@@ -215,12 +222,18 @@ class ToolCallConstraint:
     def choices(self) -> list[list[int]] | None:
         """At the start of a call, with ``choose_names``: every offered tool's call opening, so the
         tool is chosen by the probability of its whole name (``llmkit.generation.choice``)."""
-        if self.choose_names and not self.forced and self.mode == "call" and self.state == self.grammar.matcher.start:
-            return self.grammar.openings
-        return None
+        if self.forced or self.mode != "call":
+            return None
+        if self.choose_names and self.state == self.grammar.matcher.start:
+            self.offered = self.grammar.openings
+        elif self.values is not None:
+            self.offered = self.values.options(bytes(self.call_bytes), self.state, self.grammar)
+        else:
+            return None
+        return self.offered or None
 
     def choose(self, index: int) -> None:
-        self.forced = list(self.grammar.openings[index])
+        self.forced = list(self.offered[index])
 
     def advance(self, token: int) -> None:
         if self.mode == "call":
@@ -235,6 +248,7 @@ class ToolCallConstraint:
                 raise ValueError("<|tool_call|> was drawn although no tools are offered; mask the logits with "
                                  "allowed() before sampling")
             self.mode, self.state = "call", self.grammar.matcher.start
+            self.call_bytes.clear()
 
     def _advance_call(self, token: int) -> None:
         if self.forced:
@@ -250,3 +264,4 @@ class ToolCallConstraint:
             raise ValueError(f"token {token} cannot continue the tool call here; it was not in allowed(), "
                              "so mask the logits with allowed() before sampling")
         self.state = after
+        self.call_bytes += self.grammar.token_bytes[token]

@@ -209,6 +209,9 @@ def evaluate(model: Transformer, tokenizer, *, limit: int = 24, seed: int = 0, k
     return result
 
 
+CONSTRAIN_TOOLS = {"on": True, "per_token": "per_token", "copy": "copy", "off": False}  # --constrain-tools
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m llmkit evals",
                                      description="Held-out evaluation of a chat model (greedy, real tools).")
@@ -225,6 +228,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skills", action="store_true",
                         help="instead, print (JSON) the skill scores (llmkit.course.skills) on the three held-out "
                              "splits, seen, unseen_values and unseen_phrasings_and_tools, --limit per kind")
+    parser.add_argument("--constrain-tools", choices=list(CONSTRAIN_TOOLS), default="on",
+                        help="with --skills, the client's constrained decoding of tool calls: on (the default: "
+                             "valid calls, the tool's name chosen whole), per_token, copy (each argument value "
+                             "chosen whole among the conversation's words and numbers) or off")
     from llmkit.model.weights import add_model_arguments, load_model_from_arguments
 
     add_model_arguments(parser)
@@ -241,8 +248,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.skills:
         started = time.perf_counter()
-        report = evaluate_skills(Client.from_model(model, tokenizer), per_kind=args.limit, seed=args.seed)
-        command = f"python -m llmkit evals --model {args.model} --skills --limit {args.limit} --seed {args.seed}"
+        report = evaluate_skills(Client.from_model(model, tokenizer), per_kind=args.limit, seed=args.seed,
+                                 constrain_tools=CONSTRAIN_TOOLS[args.constrain_tools])
+        command = (f"python -m llmkit evals --model {args.model} --skills --limit {args.limit} --seed {args.seed} "
+                   f"--constrain-tools {args.constrain_tools}")
         print(json.dumps({"command": command, "model": args.model, "per_kind": args.limit,
                           "seconds": round(time.perf_counter() - started, 1), **report}, indent=1))
         return

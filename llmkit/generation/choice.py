@@ -43,6 +43,9 @@ class ChoiceConstraint(TokenConstraint, Protocol):
     def choose(self, index: int) -> None: ...
 
 
+ROWS_AT_ONCE = 32  # options scored whole in one pass: each is a copy of the context's cache, which costs memory
+
+
 def option_log_probs(next_logits: torch.Tensor, options: Sequence[Sequence[int]],
                      continue_with: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """log P(option | context) for each option, shape (len(options),).
@@ -54,6 +57,8 @@ def option_log_probs(next_logits: torch.Tensor, options: Sequence[Sequence[int]]
     """
     if not options or any(len(option) == 0 for option in options):
         raise ValueError("every option needs at least one token")
+    if len(options) > ROWS_AT_ONCE:
+        return _best_scored(next_logits, options, continue_with)
     first = torch.log_softmax(next_logits.float(), dim=-1)
     scores = torch.stack([first[option[0]] for option in options])
     longest = max(len(option) for option in options)
@@ -66,6 +71,24 @@ def option_log_probs(next_logits: torch.Tensor, options: Sequence[Sequence[int]]
         if len(option) > 1:
             following = torch.tensor(option[1:], device=later.device)
             scores[row] += later[row, torch.arange(len(option) - 1, device=later.device), following].sum()
+    return scores
+
+
+def _best_scored(next_logits: torch.Tensor, options: Sequence[Sequence[int]],
+                 continue_with: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Many options (the spans of a conversation, ``llmkit.chat.value_copy``): a beam's first step.
+    Score every option's first two tokens (one row per distinct first token), then score whole only
+    the ``ROWS_AT_ONCE`` likeliest; the rest get ``-inf``. Two tokens, because options often share
+    their first (an opening quote) and part ways at the second."""
+    first = torch.log_softmax(next_logits.float(), dim=-1)
+    firsts = sorted({option[0] for option in options})
+    second = torch.log_softmax(continue_with(torch.tensor([[t] for t in firsts], device=next_logits.device))
+                               [:, 0].float(), dim=-1)
+    row_of = {token: row for row, token in enumerate(firsts)}
+    prefix = torch.stack([first[o[0]] + (second[row_of[o[0]], o[1]] if len(o) > 1 else 0) for o in options])
+    keep = prefix.topk(ROWS_AT_ONCE).indices.tolist()
+    scores = torch.full((len(options),), float("-inf"), device=next_logits.device)
+    scores[keep] = option_log_probs(next_logits, [options[i] for i in keep], continue_with)
     return scores
 
 
