@@ -79,7 +79,7 @@ def test_options_are_the_tokens_a_whole_call_has(tokenizer):
     assert all(tokenizer.decode(option).endswith('",') for option in options)  # "mode" is required: no '"}'
     at_mode = call + b' "satellite", "mode":'
     modes = choice.options(at_mode, constraint.grammar.matcher.read(at_mode), constraint.grammar)
-    assert sorted(tokenizer.decode(option) for option in modes) == [' "fast"}', ' "slow"}']  # the enum's own  # the enum's own options
+    assert sorted(tokenizer.decode(option) for option in modes) == [' "fast"}', ' "slow"}']  # the enum's options
 
 
 def _calling_client(tokenizer, messages, tools) -> Client:

@@ -221,7 +221,8 @@ class ToolCallConstraint:
 
     def choices(self) -> list[list[int]] | None:
         """At the start of a call, with ``choose_names``: every offered tool's call opening, so the
-        tool is chosen by the probability of its whole name (``llmkit.generation.choice``)."""
+        tool is chosen by the probability of its whole name (``llmkit.generation.choice``). With
+        ``copy_from``, where an argument's value comes next: its candidate values (``ValueChoice``)."""
         if self.forced or self.mode != "call":
             return None
         if self.choose_names and self.state == self.grammar.matcher.start:

@@ -1,23 +1,27 @@
-"""Copying a tool call's string arguments whole: the value chosen among the spans of the conversation.
+"""Choosing a tool call's argument values whole, among the values the conversation holds.
 
-A small model asked "Tally up the a's within satellite." often knows it must copy a word of the
-request but commits to the wrong first token ("T" of "Tally") and then copies on fluently from
-there: decoding token by token asks for the value's *first token* before the model has read the
-rest of it. Where the value is to be copied, the right question is the one the tool-name choice
-already asks (``llmkit.generation.choice``): of the spans the conversation holds, which one does
-the model find most likely as a *whole* value, closing quote included? The quote makes the
-comparison fair between spans of different length: a span that stops too early must still make
-the model close the string there.
+Decoding token by token commits to a value's first token, then to each next one, without looking
+ahead. A small model that has found the right place to copy from can still lose a long value on
+the way: asked to "Dig up notes on best time to visit Tunis.", the course's chat model writes the
+query "best time to visit count". The tool-name choice already asks the better question
+(``llmkit.generation.choice``), and here it is asked of values: of the values the conversation
+holds, which one does the model find most likely as a *whole*? Each option ends with the comma or
+brace that closes the value, so a span that stops a word early must still make the model end the
+value there. Chosen whole, the query is "best time to visit Tunis".
 
 It is an extractive constraint, like the span pointers of reading-comprehension models: the model
-still decides which span; it can no longer write a value that nobody said. That is also its limit,
-so it is a choice the caller makes (``constrain_tools="copy"``), not the default: a value the user
-implied but never wrote ("the French capital" for Paris) cannot be chosen. Numbers are chosen the
-same way among the numbers the conversation holds, and an ``enum`` or a boolean among its options.
+still decides which value, and it can no longer write one that nobody said. That is also its
+limit, so it is a choice the caller makes (``constrain_tools="copy"``), not the default: a value
+the user implied but never wrote ("the French capital" for Paris) cannot be chosen. Nor can it fix
+a model that ranks the wrong word first: that is reading, not copying
+(``data/experiments/value_copy/`` measures both).
 
-    sources   the text a value may be copied from: what the user typed and what tools returned
-    spans     every run of 1 to ``LONGEST_SPAN`` words of it, with and without the punctuation
-              around it ("(3 + 4) * 2" keeps its brackets; "satellite." also offers "satellite")
+    sources     the text a value may be copied from: what the user typed and what tools returned
+    spans       a string's candidates: every run of 1 to ``LONGEST_SPAN`` words of it, with and
+                without the punctuation around it ("(3 + 4) * 2" keeps its brackets; "satellite."
+                also offers "satellite")
+    ValueChoice a number's candidates are the numbers in the text, an ``enum``'s or a boolean's
+                its options; it turns each into the tokens a whole call would have
 """
 from __future__ import annotations
 
