@@ -48,3 +48,16 @@ def test_the_results_are_the_recipes_evals_in_both_modes(results):
             # (a batch of other neighbours can round a near-tie the other way, so one either side)
             kind_scores = mode["evals"][HARDEST]["kinds"][kind]
             assert abs(counts.get("exact", 0) - kind_scores["args_exact"] * kind_scores["n_args_exact"]) <= 1.5
+
+
+def test_decapitalising_keeps_only_the_citys_capitals_and_the_counts_add_up():
+    script = load_experiment("value_copy", "capitals.py")
+    written = "Rain check for Kyoto today. Much obliged. Give me Mumbai's outlook."
+    assert script.decapitalised(written, {"Kyoto", "Mumbai"}) == \
+        "rain check for Kyoto today. much obliged. give me Mumbai's outlook."
+    result = json.loads((FOLDER / "capitals.json").read_text())
+    assert result["command"].startswith("python data/experiments/value_copy/capitals.py")
+    for version in result["versions"].values():
+        assert version["exact_first_call"] <= version["right_city"] <= result["n"]
+    written, lowered = (result["versions"][v]["example"] for v in ("as_written", "decapitalised"))
+    assert written.lower() == lowered.lower() and written != lowered
