@@ -52,11 +52,11 @@ def test_the_results_are_the_recipes_evals_in_both_modes(results):
 
 def test_decapitalising_keeps_only_the_citys_capitals_and_the_counts_add_up():
     script = load_experiment("value_copy", "capitals.py")
-    written = "Rain check for Kyoto today. Much obliged. Give me Mumbai's outlook."
+    written = "Rain check for Kyoto today. Much obliged. Give me Mumbai's outlook. KYOTO?"
     assert script.decapitalised(written, {"Kyoto", "Mumbai"}) == \
-        "rain check for Kyoto today. much obliged. give me Mumbai's outlook."
+        "rain check for Kyoto today. much obliged. give me Mumbai's outlook. kyoto?"
     result = json.loads((FOLDER / "capitals.json").read_text())
-    assert result["command"].startswith("python data/experiments/value_copy/capitals.py")
+    assert result["command"].startswith("python data/experiments/value_copy/capitals.py") and result["seconds"] > 0
     for version in result["versions"].values():
         assert version["exact_first_call"] <= version["right_city"] <= result["n"]
     written, lowered = (result["versions"][v]["example"] for v in ("as_written", "decapitalised"))

@@ -17,12 +17,14 @@ import argparse
 import json
 import re
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from llmkit.chat.client import Client
+from llmkit.chat.value_copy import EDGE_PUNCTUATION
 from llmkit.course.skill_scores import batched_runs, calls_in, same_value
 from llmkit.course.skills import make_skills
 from llmkit.files import atomic_write
@@ -32,10 +34,14 @@ WORD = re.compile(r"\S+")
 
 
 def decapitalised(text: str, keep: set[str]) -> str:
-    """``text`` with every word lower-cased except the words in ``keep`` (also with punctuation or
-    a possessive attached: "Mumbai's")."""
-    return WORD.sub(lambda m: m.group(0) if m.group(0).strip(".,!?;:'\"") in keep
-                    or m.group(0).split("'")[0] in keep else m.group(0).lower(), text)
+    """``text`` with every word lower-cased except the words in ``keep``, also where punctuation or
+    a possessive is attached to them ("Mumbai's")."""
+    def lowered(match: re.Match) -> str:
+        word = match.group(0)
+        bare = word.strip(EDGE_PUNCTUATION)
+        return word if bare in keep or bare.split("'")[0] in keep else word.lower()
+
+    return WORD.sub(lowered, text)
 
 
 def with_request(spec, text: str):
@@ -60,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
                for spec in specs]
     result = {"command": "python data/experiments/value_copy/capitals.py " + " ".join(argv or sys.argv[1:]),
               "n": len(specs), "versions": {}}
+    started = time.perf_counter()
     for version, batch in (("as_written", specs), ("decapitalised", lowered)):
         outcomes = batched_runs(client, batch, batch=settings["batch"], max_tokens=settings["max_tokens"],
                                 constrain_tools="copy")
@@ -71,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                                     for f, s in zip(firsts, specs)),
             "example": batch[5].prompt[-1]["content"]}
         print(version, result["versions"][version], flush=True)
+    result["seconds"] = round(time.perf_counter() - started, 1)
     atomic_write(Path(__file__).with_name("capitals.json"), json.dumps(result, indent=1) + "\n")
 
 

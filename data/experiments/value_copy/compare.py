@@ -46,30 +46,31 @@ def failure(expected: list, calls: list[dict]) -> str:
     return "wrong_args" if not same_value(made[0][1], expected[0][1]) else "later_call_wrong"
 
 
-def failures(client: Client, mode, per_kind: int, settings: dict) -> dict[str, dict[str, int]]:
-    """``failure`` counted per tool-calling kind on the hardest split."""
-    specs = [spec for kind in TOOL_CALLING_KINDS
+def hardest_calls(client: Client, kinds, mode, per_kind: int, settings: dict) -> list[tuple]:
+    """Each conversation of ``kinds`` on the hardest split, with the calls the model made in it:
+    the evals' own conversations, replayed (``evaluate_skills`` keeps only the scores)."""
+    specs = [spec for kind in kinds
              for spec in make_skills(per_kind, split=HARDEST, seed=settings["seed"], kinds=[kind])]
     outcomes = batched_runs(client, specs, batch=settings["batch"], max_tokens=settings["max_tokens"],
                             constrain_tools=mode)
+    return [(spec, calls_in(transcript)) for spec, (transcript, _) in zip(specs, outcomes)]
+
+
+def failures(client: Client, mode, per_kind: int, settings: dict) -> dict[str, dict[str, int]]:
+    """``failure`` counted per tool-calling kind on the hardest split."""
     counts: dict[str, collections.Counter] = {kind: collections.Counter() for kind in TOOL_CALLING_KINDS}
-    for spec, (transcript, _) in zip(specs, outcomes):
-        counts[spec.kind][failure(list(spec.expected.calls), calls_in(transcript))] += 1
+    for spec, calls in hardest_calls(client, TOOL_CALLING_KINDS, mode, per_kind, settings):
+        counts[spec.kind][failure(list(spec.expected.calls), calls)] += 1
     return {kind: dict(sorted(counter.items())) for kind, counter in counts.items()}
 
 
 def show_misses(client: Client, kinds: list[str], per_kind: int, settings: dict) -> None:
     """Print the hardest split's conversations of ``kinds`` whose first call under "copy" has the
     right tool and wrong arguments: the request, what was wanted, what was chosen."""
-    for kind in kinds:
-        specs = make_skills(per_kind, split=HARDEST, seed=settings["seed"], kinds=[kind])
-        outcomes = batched_runs(client, specs, batch=settings["batch"], max_tokens=settings["max_tokens"],
-                                constrain_tools="copy")
-        for spec, (transcript, _) in zip(specs, outcomes):
-            calls = calls_in(transcript)
-            if failure(list(spec.expected.calls), calls) == "wrong_args":
-                print(f"{kind}: {spec.prompt[-1]['content']!r}\n    wanted {spec.expected.calls[0][1]}, "
-                      f"chose {calls[0].get('input')}")
+    for spec, calls in hardest_calls(client, kinds, "copy", per_kind, settings):
+        if failure(list(spec.expected.calls), calls) == "wrong_args":
+            print(f"{spec.kind}: {spec.prompt[-1]['content']!r}\n    wanted {spec.expected.calls[0][1]}, "
+                  f"chose {calls[0].get('input')}")
 
 
 def main(argv: list[str] | None = None) -> None:
