@@ -328,10 +328,11 @@ def test_a_pretrain_stage_reads_the_corpus_mix_or_shakespeare_alone(tmp_path):
     from llmkit.paths import data_path
 
     assert train_text_path("corpus", tmp_path) == tmp_path / "corpus" / "train.txt"
+    assert train_text_path("corpus_english", tmp_path) == tmp_path / "corpus_english" / "train.txt"
     shakespeare = train_text_path("shakespeare", tmp_path)
     assert shakespeare.resolve() == data_path("corpus", "train.txt").resolve()
     assert not shakespeare.is_absolute() or not shakespeare.is_relative_to(Path.cwd())  # a run config that ships names no machine
-    with pytest.raises(ValueError, match="'corpus', 'shakespeare'.*'poems'"):
+    with pytest.raises(ValueError, match="'corpus', 'corpus_english', 'shakespeare'.*'poems'"):
         train_text_path("poems", tmp_path)
 
 

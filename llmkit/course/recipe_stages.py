@@ -8,7 +8,8 @@ figures to record in ``done.json`` (or None when a training stage stopped early 
   and generated JSON, code and dialogues (``llmkit.course.structured_text``), so snake_case
   names and JSON cost fewer tokens;
 - ``corpus``: the pretraining text: Shakespeare plus generated structured text that builds
-  copying; held out: Shakespeare's held-out plays and separately generated structured text;
+  copying, optionally with modern English from a dictionary (``dictionary_documents``); held out:
+  Shakespeare's held-out plays, separately generated structured text, held-out dictionary entries;
 - ``pretrain``: ``llmkit.training.train.train`` on that corpus (bits/byte on both held-out texts);
   ``grow_from`` names an earlier pretrain stage to start from, grown to this stage's depth (the
   recipe's ``copy_warmup`` builds the copying circuit in a shallow model first: see its README);
@@ -125,24 +126,42 @@ def run_corpus(settings: dict, folder: Path, log: logging.Logger, **_) -> dict:
     plays = data_path("corpus", "train.txt").read_text(encoding="utf-8")[: settings.get("shakespeare_chars")]
     docs = [d.strip("\n") for d in plays.split("<|endoftext|>") if d.strip()]
     docs += documents(settings["structured_documents"], seed=seed)
+    if settings.get("dictionary_entries_per_document"):
+        train, heldout = dictionary_documents(settings["dictionary_entries_per_document"],
+                                              settings["heldout_dictionary_entries"], seed=seed)
+        docs += train
+        write_text(folder / "heldout_dictionary.txt", heldout)
     random.Random(f"llmkit-recipe-corpus|{seed}").shuffle(docs)
     write_text(folder / "train.txt", DOC_SEPARATOR.join(docs))
     write_text(folder / "heldout.txt", data_path("corpus", "heldout.txt").read_text(encoding="utf-8"))
     heldout = documents(settings["heldout_structured_documents"], seed=seed + 1, split="heldout")
     write_text(folder / "heldout_structured.txt", DOC_SEPARATOR.join(heldout))
     figures = {"documents": len(docs), "train_chars": sum(map(len, docs))}
-    log.info("wrote train.txt, heldout.txt, heldout_structured.txt: %s", figures)
+    log.info("wrote train.txt and the held-out texts: %s", figures)
     return figures
 
 
-TRAIN_TEXTS = ("corpus", "shakespeare")
+def dictionary_documents(per_document: int, heldout_entries: int, *, seed: int) -> tuple[list[str], str]:
+    """Modern English for pretraining: ``data/corpus/dictionary.txt``'s entries (WordNet glosses with
+    example sentences) shuffled, ``heldout_entries`` of them kept apart as one held-out text and the
+    rest grouped ``per_document`` to a training document (one entry alone is shorter than a line of
+    a play, and a separator between each would be a tenth of the tokens)."""
+    lines = data_path("corpus", "dictionary.txt").read_text(encoding="utf-8").splitlines()
+    random.Random(f"llmkit-recipe-dictionary|{seed}").shuffle(lines)
+    heldout, train = lines[:heldout_entries], lines[heldout_entries:]
+    docs = ["\n".join(train[i:i + per_document]) for i in range(0, len(train), per_document)]
+    return docs, "\n".join(heldout) + "\n"
+
+
+TRAIN_TEXTS = ("corpus", "corpus_english", "shakespeare")
 
 
 def train_text_path(name: str, out: Path) -> Path:
-    """The text a pretrain stage reads: the corpus stage's mix, or Shakespeare's plays alone
-    (``data/corpus/train.txt``, for a closing anneal on the text the held-out score is measured on)."""
-    if name == "corpus":
-        return out / "corpus" / "train.txt"
+    """The text a pretrain stage reads: a corpus stage's mix (``corpus``, or ``corpus_english`` with
+    the dictionary's modern English added), or Shakespeare's plays alone (``data/corpus/train.txt``,
+    for a closing anneal on the text the held-out score is measured on)."""
+    if name in ("corpus", "corpus_english"):
+        return out / name / "train.txt"
     if name == "shakespeare":  # relative to the working directory when inside it: the run config ships
         path = data_path("corpus", "train.txt")
         return Path(os.path.relpath(path)) if path.is_relative_to(Path.cwd()) else path
@@ -156,7 +175,8 @@ def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path
     from llmkit.training.train import bits_per_byte, train
 
     settings = dict(settings)
-    train_file = train_text_path(settings.pop("train_text", "corpus"), out)
+    text_name = settings.pop("train_text", "corpus")
+    train_file = train_text_path(text_name, out)
     values = {**settings, "tokenizer": str(out / "tokenizer" / "tokenizer.json"), "train_corpus": str(train_file),
               "heldout_corpus": str(out / "corpus" / "heldout.txt"), "out_dir": str(folder)}
     if settings.get("grow_from"):  # the name of an earlier pretrain stage: start from its model, grown
@@ -174,8 +194,9 @@ def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path
         return None
     model = ship_copy(folder / "model", folder / SHIPPED)
     figures = {}
-    for name, text in (("shakespeare", "heldout.txt"), ("structured", "heldout_structured.txt")):
-        scores = bits_per_byte(model, None, load_tokens(out / "corpus" / text, cfg.tokenizer), dtype=cfg.dtype)
+    corpus = out / ("corpus" if text_name == "shakespeare" else text_name)  # the held-out texts beside it
+    for name, text in held_out_texts(corpus).items():
+        scores = bits_per_byte(model, None, load_tokens(text, cfg.tokenizer), dtype=cfg.dtype)
         figures[f"heldout_bpb_{name}"] = round(scores["bpb"], 4)
     from llmkit.tokens.tokenizer import Tokenizer
     from llmkit.training.train import copy_accuracy
@@ -183,6 +204,15 @@ def run_pretrain(settings: dict, folder: Path, log: logging.Logger, *, out: Path
     figures["copy_accuracy"] = round(copy_accuracy(model, Tokenizer.load(cfg.tokenizer)), 4)  # as the log measures it
     log.info("held-out bits/byte and copy accuracy of the shipped (bf16-rounded) model: %s", figures)
     return figures
+
+
+def held_out_texts(corpus: Path) -> dict[str, Path]:
+    """A corpus stage's held-out texts by name: Shakespeare's held-out plays, the separately generated
+    structured text, and the held-out dictionary entries where that corpus has them."""
+    texts = {"shakespeare": corpus / "heldout.txt", "structured": corpus / "heldout_structured.txt"}
+    if (corpus / "heldout_dictionary.txt").is_file():
+        texts["dictionary"] = corpus / "heldout_dictionary.txt"
+    return texts
 
 
 def ship_copy(model_dir: Path, shipped_dir: Path):
