@@ -22,7 +22,7 @@ def test_the_recorded_shipped_base_scores_are_the_ones_its_stage_recorded(bases)
     assert shipped["shakespeare"] == pytest.approx(figures["figures"]["heldout_bpb_shakespeare"], abs=1e-4)
     assert shipped["structured"] == pytest.approx(figures["figures"]["heldout_bpb_structured"], abs=1e-4)
     assert set(record["bytes"]) == set(shipped) == set(record["bits_per_byte"]["english"])
-    folders = [spec.split("=", 1)[1] for spec in record["command"].split("--model ")[1:]]
+    folders = [spec.split("=", 1)[1].strip() for spec in record["command"].split("--model ")[1:]]
     assert folders == ["data/models/base", "RUN/pretrain_english/shipped"]  # no machine's paths
 
 
