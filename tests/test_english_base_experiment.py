@@ -41,3 +41,14 @@ def test_the_held_out_texts_are_the_ones_the_english_corpus_kept_apart(bases):
 def test_a_run_folder_is_recorded_without_the_machines_path(bases, tmp_path):
     assert bases.portable(str(tmp_path / "pretrain_english" / "shipped")) == "RUN/pretrain_english/shipped"
     assert bases.portable("data/models/base") == str(Path("data/models/base"))
+
+
+def test_both_chat_models_were_scored_on_the_same_conversations():
+    record = json.loads((FOLDER / "results.json").read_text())
+    shipped, english = record["models"]["shipped"]["evals"], record["models"]["english"]["evals"]
+    assert set(shipped) == set(english) == {"seen", "unseen_values", "unseen_phrasings_and_tools"}
+    for split in shipped:
+        for score in ("right_tool", "args_exact", "answer_from_result", "ends_turn", "memory"):
+            assert shipped[split][f"n_{score}"] == english[split][f"n_{score}"]  # the same conversations
+            assert 0.0 <= english[split][score] <= 1.0
+    assert record["per_kind"] == 50 and "RUN/sft_skills/shipped" in record["command"]
