@@ -55,4 +55,13 @@ def test_best_is_the_highest_recorded_figure_and_the_table_ends_with_the_targets
     assert best["args_exact"] == max(r["args_exact"] for r in rows)
     text = board.table(rows, "unseen_phrasings_and_tools").splitlines()
     assert len(text) == len(rows) + 4 and text[-1].startswith("| **issue 13's target**")
-    assert "| 0.90 |" in text[-1]
+    assert "| 0.90 |" in text[-1] and text[-1].endswith("| 7 |")
+    met = [int(line.rsplit("|", 2)[1]) for line in text[2:-2]]
+    assert met == [len(board.targets_met(r)) for r in rows]
+
+
+def test_a_target_is_met_at_or_above_it_and_a_missing_score_meets_none():
+    board = scoreboard()
+    scores = {name: target for name, target in board.TARGETS.items()}
+    scores["args_exact"], scores["memory"] = 0.89, None
+    assert set(board.targets_met(scores)) == set(board.TARGETS) - {"args_exact", "memory"}
