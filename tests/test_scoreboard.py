@@ -65,3 +65,9 @@ def test_a_target_is_met_at_or_above_it_and_a_missing_score_meets_none():
     scores = {name: target for name, target in board.TARGETS.items()}
     scores["args_exact"], scores["memory"] = 0.89, None
     assert set(board.targets_met(scores)) == set(board.TARGETS) - {"args_exact", "memory"}
+
+
+def test_the_readme_shows_the_table_the_script_prints_now():
+    board = scoreboard()
+    rows = [board.row(label, evals, "unseen_phrasings_and_tools") for label, evals in board.measured_models()]
+    assert board.table(rows, "unseen_phrasings_and_tools") in (EXPERIMENTS / "README.md").read_text()

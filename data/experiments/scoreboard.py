@@ -10,7 +10,7 @@ can be read at once: which change moved which score, and how far the best of the
     python data/experiments/scoreboard.py --split seen --json  # another split, as JSON
 
 It measures nothing itself: each row is the figure its own experiment recorded. The teacher-forced
-probes in `done.json` (16 conversations per score) are left out; they are too few to compare.
+probes in `done.json` (16 greedy conversations per split) are left out; they are too few to compare.
 """
 from __future__ import annotations
 
@@ -84,20 +84,18 @@ def targets_met(scores: dict) -> list[str]:
 
 
 def table(rows: list[dict], split: str) -> str:
-    """A Markdown table: a row per model (and, on the targets' split, how many it meets), then the
-    best of them and the targets."""
+    """A Markdown table: a row per model (and, on the targets' split, how many targets it meets),
+    then the best of them and the targets."""
     on_target_split = split == "unseen_phrasings_and_tools"
-    head = ["model", "n", *TARGETS] + (["met"] if on_target_split else [])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * (len(head) - 1)]
     cell = lambda value: "-" if value is None else f"{value:.2f}"
+    line = lambda *cells: "| " + " | ".join(c if isinstance(c, str) else cell(c) for c in cells) + " |"
+    met = (lambda *values: values) if on_target_split else (lambda *values: ())
+    lines = [line("model", "n", *TARGETS, *met("met")), "|---|" + "---:|" * (len(TARGETS) + 1 + on_target_split)]
     for r in rows:
-        met = [f" {len(targets_met(r))} |"] if on_target_split else []
-        lines.append(f"| {r['model']} | {r['conversations']} | " + " | ".join(cell(r[n]) for n in TARGETS) + " |"
-                     + "".join(met))
-    lines.append("| **best of these** | | " + " | ".join(cell(v) for v in best(rows).values()) + " |"
-                 + (" |" if on_target_split else ""))
+        lines.append(line(r["model"], str(r["conversations"]), *(r[n] for n in TARGETS), *met(str(len(targets_met(r))))))
+    lines.append(line("**best of these**", "", *best(rows).values(), *met("")))
     if on_target_split:
-        lines.append("| **issue 13's target** | | " + " | ".join(cell(v) for v in TARGETS.values()) + " | 7 |")
+        lines.append(line("**issue 13's target**", "", *TARGETS.values(), "7"))
     return "\n".join(lines)
 
 
