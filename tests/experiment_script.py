@@ -73,3 +73,36 @@ def assert_values_spoken(conversations) -> None:
                 assert spoken(value) in text, (text, value)
         if c.expected.name:
             assert c.expected.name in text
+
+
+def skills_changes(path: Path) -> dict:
+    """The settings in which an experiment's ``sft_skills`` differs from the main recipe's, after
+    checking that the recipe is the main one up to that stage (same chain, so the shipped base) and
+    ends there, with no setting missing."""
+    names, main, main_chain = recipe_chain(MAIN_RECIPE)
+    run_names, stages, chain = recipe_chain(path)
+    assert run_names[-1] == "sft_skills" and run_names == names[:len(run_names)]
+    assert chain[:-1] == main_chain[:len(run_names) - 1]
+    shipped = main[names.index("sft_skills")]["settings"]
+    settings = stages[-1]["settings"]
+    assert set(shipped) <= set(settings)
+    return {k: v for k, v in settings.items() if shipped.get(k) != v}
+
+
+def assert_measured_as_the_shipped_skills_model(folder: Path, name: str) -> None:
+    """``folder/results.json`` holds the one model ``name``, measured by ``word_base/compare.py`` on
+    the same conversations as the shipped skills model in ``deeper/results.json``."""
+    import json
+
+    from llmkit.course.skills import EVAL_SPLITS, MIX
+
+    results = json.loads((folder / "results.json").read_text())
+    reference = json.loads((EXPERIMENTS / "deeper" / "results.json").read_text())
+    shipped = reference["models"]["shipped"]
+    assert set(results["models"]) == {name}
+    for key in ("per_kind", "argument_conversations"):
+        assert results[key] == reference[key]
+    model = results["models"][name]
+    for split in EVAL_SPLITS:
+        assert model["evals"][split]["n_right_tool"] == results["per_kind"] * len(MIX)
+        assert model["argument_copy"][split]["n"] == shipped["argument_copy"][split]["n"]
