@@ -18,9 +18,10 @@ import argparse
 import json
 from pathlib import Path
 
+from llmkit.course.skills import EVAL_SPLITS as SPLITS
+
 EXPERIMENTS = Path(__file__).resolve().parent
 SHIPPED_CHAT = EXPERIMENTS.parent / "models" / "chat" / "evals.json"
-SPLITS = ("seen", "unseen_values", "unseen_phrasings_and_tools")
 
 # Issue 13's targets on the unseen_phrasings_and_tools split.
 TARGETS = {

@@ -22,14 +22,13 @@ from pathlib import Path
 import torch
 
 from llmkit.course.recipe_stages import DOC_SEPARATOR, dictionary_documents, load_recipe
-from llmkit.course.skills import make_skills
+from llmkit.course.skills import EVAL_SPLITS, make_skills
 from llmkit.course.structured_text import documents
 from llmkit.model.weights import load_model
 from llmkit.paths import data_path
 from llmkit.training.train import bits_per_byte
 
 REQUESTS = 300  # first user messages per split
-SPLITS = ("seen", "unseen_values", "unseen_phrasings_and_tools")
 
 
 def corpus_settings() -> dict:
@@ -45,13 +44,14 @@ def requests(split: str, n: int = REQUESTS) -> str:
 
 
 def held_out_texts() -> dict[str, str]:
+    """Each held-out text by name: the three the english corpus kept apart, and the requests of each split."""
     settings = corpus_settings()
     _, dictionary = dictionary_documents(settings["dictionary_entries_per_document"],
                                          settings["heldout_dictionary_entries"], seed=settings["seed"])
     structured = documents(settings["heldout_structured_documents"], seed=settings["seed"] + 1, split="heldout")
     texts = {"shakespeare": data_path("corpus", "heldout.txt").read_text(encoding="utf-8"),
              "structured": DOC_SEPARATOR.join(structured), "dictionary": dictionary}
-    texts.update({f"requests_{split}": requests(split) for split in SPLITS})
+    texts.update({f"requests_{split}": requests(split) for split in EVAL_SPLITS})
     return texts
 
 
